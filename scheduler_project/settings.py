@@ -1,0 +1,173 @@
+"""Settings, all from the environment (django-environ).
+
+With no DATABASE_URL the scheduler runs on an embedded SQLite file under var/ so the quickstart
+needs no server; PostgreSQL is the production database and what the test suite uses.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(environ.Env().str("SCHEDULER_VAR_DIR", default=str(BASE_DIR / "var")))
+
+env = environ.Env()
+if (BASE_DIR / ".env").exists():
+    environ.Env.read_env(BASE_DIR / ".env")
+
+DEBUG = env.bool("DEBUG", default=False)
+# A development key is only acceptable when DEBUG is on or on the embedded quickstart database.
+_DEV_KEY = "dev-only-insecure-key-change-me"
+SECRET_KEY = env.str("SECRET_KEY", default=_DEV_KEY)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "schedules",
+    "runs",
+    "dispatch",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "scheduler_project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+WSGI_APPLICATION = "scheduler_project.wsgi.application"
+
+# --- database -------------------------------------------------------------------------------
+EMBEDDED_DATABASE_PATH = VAR_DIR / "scheduler.sqlite3"
+if env.str("DATABASE_URL", default=""):
+    DATABASES = {"default": env.db("DATABASE_URL")}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(EMBEDDED_DATABASE_PATH),
+            "OPTIONS": {
+                # WAL lets the portal read while a loop writes; IMMEDIATE takes the write lock at
+                # BEGIN so two loops never deadlock upgrading a read lock; the busy timeout makes a
+                # writer wait instead of failing at once.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
+    }
+_db = DATABASES["default"]
+_db.setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+_db.setdefault("CONN_HEALTH_CHECKS", True)
+if _db["ENGINE"].endswith("postgresql"):
+    _db.setdefault("OPTIONS", {}).setdefault("application_name", "scheduler-web")
+    _db.setdefault("TEST", {})
+IS_POSTGRES = _db["ENGINE"].endswith("postgresql")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env.str("STATIC_ROOT", default=str(VAR_DIR / "static"))
+STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").exists() else []
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["schedules.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["schedules.auth.IsTenantKey"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "scheduler_project.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Durable scheduler API",
+    "DESCRIPTION": "Schedules, runs and attempts for services. See docs/ in the repository.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- the scheduler's own settings (operations.md; the README lists them with their defaults) ----
+SCHEDULER_LEASE_SECONDS = env.int("SCHEDULER_LEASE_SECONDS", default=60)
+SCHEDULER_CLAIM_BATCH = env.int("SCHEDULER_CLAIM_BATCH", default=100)
+SCHEDULER_SCAN_BATCH = env.int("SCHEDULER_SCAN_BATCH", default=500)
+SCHEDULER_MAX_PAYLOAD_BYTES = env.int("SCHEDULER_MAX_PAYLOAD_BYTES", default=65536)
+SCHEDULER_TARGET_ALLOWED_NETWORKS = env.list("SCHEDULER_TARGET_ALLOWED_NETWORKS", default=[])
+SCHEDULER_MAX_RESPONSE_BYTES = env.int("SCHEDULER_MAX_RESPONSE_BYTES", default=65536)
+SCHEDULER_RESPONSE_EXCERPT_BYTES = env.int("SCHEDULER_RESPONSE_EXCERPT_BYTES", default=1024)
+SCHEDULER_POLL_SECONDS = env.float("SCHEDULER_POLL_SECONDS", default=1.0)
+SCHEDULER_RECONCILE_SECONDS = env.float("SCHEDULER_RECONCILE_SECONDS", default=5.0)
+SCHEDULER_SHUTDOWN_GRACE_SECONDS = env.float("SCHEDULER_SHUTDOWN_GRACE_SECONDS", default=10.0)
+SCHEDULER_WORKER_CONCURRENCY = env.int("SCHEDULER_WORKER_CONCURRENCY", default=64)
+SCHEDULER_DEFAULT_TIMEOUT_SECONDS = env.int("SCHEDULER_DEFAULT_TIMEOUT_SECONDS", default=30)
+SCHEDULER_MAX_BACKFILL = env.int("SCHEDULER_MAX_BACKFILL", default=1000)
+SCHEDULER_HORIZON_SECONDS = env.int("SCHEDULER_HORIZON_SECONDS", default=0)
+SCHEDULER_OUTBOX_RETENTION_HOURS = env.int("SCHEDULER_OUTBOX_RETENTION_HOURS", default=72)
+SCHEDULER_API_RATE_LIMIT_PER_MINUTE = env.int("SCHEDULER_API_RATE_LIMIT_PER_MINUTE", default=600)
+SCHEDULER_METRICS_ALLOWED_NETWORKS = env.list("SCHEDULER_METRICS_ALLOWED_NETWORKS", default=[])
+
+if not DEBUG and SECRET_KEY == _DEV_KEY and IS_POSTGRES and not env.bool("SCHEDULER_ALLOW_DEV_SECRET", default=False):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set in production (DATABASE_URL points at PostgreSQL and DEBUG is off)."
+    )
