@@ -29,6 +29,7 @@ import email.utils
 import functools
 import ipaddress
 import logging
+import os
 import socket
 import time
 from collections.abc import Iterable
@@ -420,6 +421,13 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def _os_error_text(err: OSError) -> str:
+    # asyncio's "Connect call failed (...)" hides the reason; errno says "Connection refused".
+    if err.errno:
+        return os.strerror(err.errno)
+    return str(err) or type(err).__name__
+
+
 def _failure(error_class: str, error: str, started: float, *, retryable: bool, remote: str | None = None) -> HttpResult:
     return HttpResult(
         status=None,
@@ -599,7 +607,7 @@ class SafeClient:
         except aiohttp.ClientConnectorError as exc:
             return _failure(
                 type(exc).__name__,
-                f"cannot connect to {exc.host}:{exc.port}: {exc.os_error.strerror or exc.os_error}",
+                f"cannot connect to {exc.host}:{exc.port}: {_os_error_text(exc.os_error)}",
                 started,
                 retryable=True,
             )
