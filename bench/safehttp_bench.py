@@ -1,0 +1,128 @@
+"""Micro-benchmark: calls/s and client CPU per call through SafeClient to a local target.
+
+The target is an aiohttp server in a child process answering 200 at once, so the client's CPU
+(time.process_time of this process, resolver threads included) is measured apart from the
+server's. A plain aiohttp ClientSession runs the same load as a baseline, so the cost of the
+safety layer shows as a ratio measured in one run (this machine is noisy).
+
+    .venv/bin/python bench/safehttp_bench.py [--calls 20000] [--concurrency 200] [--rounds 3]
+
+Traffic goes to 127.0.0.1 only; every loop is bounded by --calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import aiohttp  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from dispatch.safehttp import SafeClient  # noqa: E402
+
+
+def run_target(port_queue: multiprocessing.Queue, stop: multiprocessing.Event) -> None:
+    async def ok(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=b'{"ok":true}', content_type="application/json")
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/run", ok)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        port_queue.put(runner.addresses[0][1])
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+async def drive(call, calls: int, concurrency: int) -> tuple[float, float, int]:
+    """Run ``calls`` calls with ``concurrency`` in flight; returns (wall s, cpu s, failures)."""
+    remaining = calls
+    failures = 0
+
+    async def worker() -> None:
+        nonlocal remaining, failures
+        while remaining > 0:
+            remaining -= 1
+            if not await call():
+                failures += 1
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - wall0, time.process_time() - cpu0, failures
+
+
+async def bench(url: str, calls: int, concurrency: int, rounds: int) -> None:
+    body = b'{"run_id":"00000000-0000-0000-0000-000000000000","payload":{}}'
+    headers = {"Content-Type": "application/json", "Idempotency-Key": "bench", "X-Scheduler-Signature": "v1=abc"}
+    prefixes = [url.rsplit("/", 1)[0] + "/"]
+
+    async with SafeClient(allowed_networks=["127.0.0.0/8"], limit=concurrency) as client:
+
+        async def safe_call() -> bool:
+            r = await client.request("POST", url, headers=headers, body=body, timeout=10, allowed_prefixes=prefixes)
+            return r.outcome == "succeeded"
+
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+            timeout = aiohttp.ClientTimeout(total=10)
+
+            async def raw_call() -> bool:
+                async with session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False) as r:
+                    await r.read()
+                    return r.status == 200
+
+            await drive(safe_call, 2000, concurrency)  # warm both pools and caches
+            await drive(raw_call, 2000, concurrency)
+            results: dict[str, list[tuple[float, float]]] = {"SafeClient": [], "raw aiohttp": []}
+            for _ in range(rounds):
+                for name, call in (("SafeClient", safe_call), ("raw aiohttp", raw_call)):
+                    wall, cpu, failures = await drive(call, calls, concurrency)
+                    if failures:
+                        raise SystemExit(f"{name}: {failures} failed calls")
+                    results[name].append((calls / wall, cpu / calls * 1e6))
+
+    print(f"{calls} calls x {rounds} rounds, {concurrency} in flight, target in another process")
+    for name, rows in results.items():
+        rate = statistics.median(r for r, _ in rows)
+        cpu = statistics.median(c for _, c in rows)
+        print(f"  {name:12s} median {rate:8.0f} calls/s   {cpu:6.0f} us client CPU per call   "
+              f"(rounds: {', '.join(f'{r:.0f}' for r, _ in rows)})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    port_queue: multiprocessing.Queue = multiprocessing.Queue()
+    stop = multiprocessing.Event()
+    target = multiprocessing.Process(target=run_target, args=(port_queue, stop), daemon=True)
+    target.start()
+    try:
+        port = port_queue.get(timeout=10)
+        asyncio.run(bench(f"http://127.0.0.1:{port}/run", args.calls, args.concurrency, args.rounds))
+    finally:
+        stop.set()
+        target.join(5)
+        if target.is_alive():
+            target.terminate()
+
+
+if __name__ == "__main__":
+    main()
