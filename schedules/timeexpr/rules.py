@@ -1,0 +1,218 @@
+"""Rule objects: turn an expression into a strictly increasing stream of occurrences."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from .types import DstPolicy, Occurrence
+from .zones import first_change, fmt_wall, jump_margin, offset_at, repeated_note, resolve_fixed
+
+UTC = timezone.utc
+
+# Every search loop is bounded. A rule whose next occurrence is further away than this many
+# loop turns is treated as having none (the parse-time check rejects rules that never fire).
+_LOOP_LIMIT = 20_000
+# No zone changes its UTC offset twice within two days (tests/timeexpr/test_tzdata_assumptions.py
+# checks the installed tzdata), so sampling every 6 hours cannot step over a change and back.
+_SAMPLE = timedelta(hours=6)
+_DAY = timedelta(days=1)
+_TICK = timedelta(microseconds=1)
+
+
+class WallSource(Protocol):
+    def next(self, w: datetime, inclusive: bool) -> datetime | None:
+        """First naive wall time matching the rule that is > w (>= w when inclusive)."""
+
+
+def _require_aware(after: datetime) -> datetime:
+    if after.tzinfo is None or after.utcoffset() is None:
+        raise ValueError("timeexpr needs aware datetimes; got a naive one")
+    return after.astimezone(UTC)
+
+
+def _rank(o: Occurrence):
+    # On a tie for the same instant a real occurrence beats a moved one beats a dropped one:
+    # the instant is the identity, so only one of them can exist.
+    return (o.at, o.dropped, o.note is not None)
+
+
+class Rule:
+    kind: str
+    sub_daily: bool
+    expression: str
+    zone: ZoneInfo
+    policy: DstPolicy
+
+    def next_after(self, after: datetime) -> Occurrence | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def iter_after(self, after: datetime) -> Iterator[Occurrence]:
+        t = after
+        while True:
+            occ = self.next_after(t)
+            if occ is None:
+                return
+            yield occ
+            t = occ.at
+
+    def between(self, start: datetime, end: datetime, limit: int) -> list[Occurrence]:
+        out: list[Occurrence] = []
+        t = _require_aware(start) - _TICK
+        end = _require_aware(end)
+        while len(out) < limit:
+            occ = self.next_after(t)
+            if occ is None or occ.at >= end:
+                break
+            out.append(occ)
+            t = occ.at
+        return out
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.expression!r} in {self.zone.key}>"
+
+
+class WallRule(Rule):
+    """cron and RRULE: a set of local wall times, resolved to instants in the zone.
+
+    Fixed-time rules resolve each wall time through the DstPolicy. Sub-daily rules fire at
+    every real instant whose wall time is in the set, which is found by walking real time
+    in stretches of constant UTC offset.
+    """
+
+    def __init__(self, kind: str, expression: str, zone: ZoneInfo, policy: DstPolicy,
+                 walls: WallSource, sub_daily: bool):
+        self.kind = kind
+        self.expression = expression
+        self.zone = zone
+        self.policy = policy
+        self.walls = walls
+        self.sub_daily = sub_daily
+        self._margin = jump_margin(zone)
+
+    def next_after(self, after: datetime) -> Occurrence | None:
+        after = _require_aware(after)
+        if self.sub_daily:
+            return self._next_real(after)
+        return self._next_fixed(after)
+
+    def _next_fixed(self, after: datetime) -> Occurrence | None:
+        """Scan wall times in order from a little before ``after``'s wall time.
+
+        1. Start ``margin`` (the zone's largest offset jump) before the wall time of ``after``:
+           after a fall-back an occurrence later than ``after`` can have an earlier wall time.
+        2. Resolve each wall time; keep the earliest instant strictly after ``after``.
+        3. Stop at the first wall time past the best one's local time. That is enough when the
+           best is an ordinary wall time; a moved or repeated one (DST) can be overtaken by a
+           later wall time, so then look on for another margin.
+        """
+        zone = self.zone
+        w = after.astimezone(zone).replace(tzinfo=None)
+        wall = self.walls.next(w - self._margin, True)
+        best: Occurrence | None = None
+        bound: datetime | None = None
+        for _ in range(_LOOP_LIMIT):
+            if wall is None or (bound is not None and wall > bound):
+                break
+            for occ in resolve_fixed(zone, wall, self.policy):
+                if occ.at > after and (best is None or _rank(occ) < _rank(best)):
+                    best = occ
+                    bound = best.local.replace(tzinfo=None)
+                    if best.note is not None:
+                        bound += self._margin
+            wall = self.walls.next(wall, False)
+        return best
+
+    def _next_real(self, after: datetime) -> Occurrence | None:
+        """Walk real time from ``after`` through stretches of constant UTC offset.
+
+        Within a stretch the wall clock is real time plus one offset, so the next matching wall
+        time W gives the instant W - offset. If the offset changes before that instant, restart
+        from the change (inclusive): a fall-back replays wall times, a spring-forward skips them,
+        and both follow from re-reading the wall clock there.
+        """
+        zone = self.zone
+        t = after
+        inclusive = False
+        for _ in range(_LOOP_LIMIT):
+            local = t.astimezone(zone)
+            off = local.utcoffset()
+            w = local.replace(tzinfo=None)
+            wall = self.walls.next(w, inclusive)
+            if wall is None:
+                return None
+            inclusive = True
+            if wall - w > 2 * _DAY:
+                # A long quiet stretch (a day-restricted rule). Only the first day is checked
+                # for a transition: beyond it, real time and wall time can differ by less than
+                # a day, so jumping to a day before the match skips no matching wall time.
+                trans = self._change_in(t, t + _DAY, off)
+                t = trans if trans is not None else t + (wall - w) - _DAY
+                continue
+            cand = (wall - off).replace(tzinfo=UTC)
+            trans = self._change_in(t, cand, off)
+            if trans is None:
+                return Occurrence(cand, cand.astimezone(zone), fmt_wall(wall), repeated_note(zone, wall))
+            t = trans
+        return None
+
+    def _change_in(self, lo: datetime, hi: datetime, off: timedelta) -> datetime | None:
+        """The first offset change in (lo, hi], or None."""
+        prev = lo
+        p = lo + _SAMPLE
+        while True:
+            if p >= hi:
+                p = hi
+            if offset_at(self.zone, p) != off:
+                return first_change(self.zone, prev, p, off)
+            if p == hi:
+                return None
+            prev, p = p, p + _SAMPLE
+
+
+class AtRule(Rule):
+    """at(...): one instant (or two, when a repeated wall time meets dstPolicy repeated=both)."""
+
+    kind = "at"
+    sub_daily = False
+
+    def __init__(self, expression: str, zone: ZoneInfo, policy: DstPolicy, occurrences: list[Occurrence]):
+        self.expression = expression
+        self.zone = zone
+        self.policy = policy
+        self.occurrences = sorted(occurrences, key=_rank)
+
+    def next_after(self, after: datetime) -> Occurrence | None:
+        after = _require_aware(after)
+        for occ in self.occurrences:
+            if occ.at > after:
+                return occ
+        return None
+
+
+class RateRule(Rule):
+    """rate(n unit): anchor + k * interval for k >= 0, in real elapsed time."""
+
+    kind = "rate"
+
+    def __init__(self, expression: str, zone: ZoneInfo, policy: DstPolicy, anchor: datetime, interval: timedelta):
+        self.expression = expression
+        self.zone = zone
+        self.policy = policy
+        # Occurrences are whole seconds like every other rule's; the anchor (often a creation
+        # time with microseconds) is truncated rather than rounded so the first one is not late.
+        self.anchor = _require_aware(anchor).replace(microsecond=0)
+        self.interval = interval
+        self.sub_daily = interval < _DAY
+
+    def next_after(self, after: datetime) -> Occurrence | None:
+        after = _require_aware(after)
+        if after < self.anchor:
+            at = self.anchor
+        else:
+            k = (after - self.anchor) // self.interval + 1
+            at = self.anchor + k * self.interval
+        local = at.astimezone(self.zone)
+        return Occurrence(at, local, fmt_wall(local.replace(tzinfo=None)), None)

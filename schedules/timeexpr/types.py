@@ -1,0 +1,80 @@
+"""Value types shared by every rule kind. No Django, no database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+SKIPPED_CHOICES = ("next_valid", "shift", "skip")
+REPEATED_CHOICES = ("earlier", "later", "both")
+
+
+class ExpressionError(ValueError):
+    """A schedule's expression, zone, policy or anchor cannot be used.
+
+    ``field`` names the API field at fault ('expression', 'timeZone', 'dstPolicy', 'startAt');
+    ``str(e)`` is written for the person who typed it.
+    """
+
+    def __init__(self, message: str, field: str = "expression"):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class DstPolicy:
+    """How fixed-time rules treat wall times that a DST transition skips or repeats."""
+
+    skipped: str = "next_valid"
+    repeated: str = "earlier"
+
+    def __post_init__(self):
+        if self.skipped not in SKIPPED_CHOICES:
+            raise ExpressionError(
+                f"dstPolicy.skipped must be one of {', '.join(SKIPPED_CHOICES)}, not {self.skipped!r}",
+                "dstPolicy",
+            )
+        if self.repeated not in REPEATED_CHOICES:
+            raise ExpressionError(
+                f"dstPolicy.repeated must be one of {', '.join(REPEATED_CHOICES)}, not {self.repeated!r}",
+                "dstPolicy",
+            )
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> DstPolicy:
+        if d is None:
+            return cls()
+        if not isinstance(d, dict):
+            raise ExpressionError(
+                'dstPolicy must be an object like {"skipped": "next_valid", "repeated": "earlier"}',
+                "dstPolicy",
+            )
+        unknown = set(d) - {"skipped", "repeated"}
+        if unknown:
+            raise ExpressionError(
+                f"dstPolicy has unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+                "allowed: skipped, repeated",
+                "dstPolicy",
+            )
+        for key in ("skipped", "repeated"):
+            if key in d and not isinstance(d[key], str):
+                raise ExpressionError(f"dstPolicy.{key} must be a string", "dstPolicy")
+        return cls(skipped=d.get("skipped", "next_valid"), repeated=d.get("repeated", "earlier"))
+
+    def to_dict(self) -> dict:
+        return {"skipped": self.skipped, "repeated": self.repeated}
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One instant a rule produced.
+
+    ``at`` is the identity (UTC); ``wall`` is the local time the rule meant, which differs from
+    ``local`` only when a DST transition moved or dropped the occurrence (then ``note`` says why).
+    """
+
+    at: datetime
+    local: datetime
+    wall: str
+    note: str | None = None
+    dropped: bool = False

@@ -1,0 +1,184 @@
+"""Time zones from the ``tzdata`` package, and wall-time resolution.
+
+Zones are loaded from the ``tzdata`` package rather than ``ZoneInfo(name)``: the standard
+library prefers the operating system's /usr/share/zoneinfo, whose version we cannot report.
+Every occurrence records ``tzdata_version()``, so the rules used must be the rules reported.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import io
+import threading
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import tzdata
+
+from .types import DstPolicy, ExpressionError, Occurrence
+
+UTC = timezone.utc
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+_zones: dict[str, ZoneInfo] = {}
+_margins: dict[str, timedelta] = {}
+_lock = threading.Lock()
+
+# Used when a zone's transition table cannot be read: covers the largest jump tzdb has
+# (Pacific/Apia skipped a whole day in 2011; Alaska's 1867 change repeated one).
+_DEFAULT_MARGIN = timedelta(hours=26)
+
+
+def tzdata_version() -> str:
+    return tzdata.IANA_VERSION
+
+
+def _zone_file(name: str):
+    parts = name.split("/")
+    if "\\" in name or any(p in ("", ".", "..") for p in parts):
+        return None
+    try:
+        res = importlib.resources.files("tzdata.zoneinfo").joinpath(*parts)
+        if not res.is_file():
+            return None
+        return res.read_bytes()
+    except (OSError, ValueError, ModuleNotFoundError):
+        return None
+
+
+def validate_time_zone(name: str) -> ZoneInfo:
+    """Return the zone for an IANA name, or raise ExpressionError(field='timeZone')."""
+    if not isinstance(name, str):
+        raise ExpressionError("timeZone must be an IANA zone name such as 'Europe/Paris'", "timeZone")
+    zone = _zones.get(name)
+    if zone is not None:
+        return zone
+    data = _zone_file(name)
+    if data is None:
+        raise ExpressionError(
+            f"unknown time zone {name!r}: use an IANA name such as 'America/New_York' or 'UTC' "
+            f"(tz database {tzdata_version()})",
+            "timeZone",
+        )
+    zone = ZoneInfo.from_file(io.BytesIO(data), key=name)
+    with _lock:
+        _zones.setdefault(name, zone)
+        _margins.setdefault(name, _jump_margin(data))
+    return _zones[name]
+
+
+def _jump_margin(data: bytes) -> timedelta:
+    """The largest single change of UTC offset the zone ever makes, plus a minute.
+
+    Wall-time scans start this far before the wall time of ``after``: an occurrence later than
+    ``after`` can have an earlier wall time only by that much (after a fall-back), and a
+    moved occurrence can land at most that far from the wall time it meant.
+    """
+    try:
+        # Private but stable since 3.9; the fallback is only slower, never wrong.
+        from zoneinfo import _common
+
+        trans_idx, _trans, utcoff, _isdst, _abbr, tz_str = _common.load_data(io.BytesIO(data))
+        offs = [utcoff[i] for i in trans_idx]
+        biggest = max((abs(b - a) for a, b in zip(offs, offs[1:])), default=0)
+        if tz_str:
+            # The POSIX footer governs the future; its std/dst pair is already among the
+            # recorded offsets for every zone we know of, but a rule change might not be.
+            biggest = max(biggest, max(utcoff) - min(utcoff)) if len(utcoff) > 1 else biggest
+        return timedelta(seconds=biggest + 60)
+    except Exception:
+        return _DEFAULT_MARGIN
+
+
+def jump_margin(zone: ZoneInfo) -> timedelta:
+    return _margins.get(zone.key, _DEFAULT_MARGIN)
+
+
+def offset_at(zone: ZoneInfo, instant: datetime) -> timedelta:
+    return instant.astimezone(zone).utcoffset()
+
+
+def first_change(zone: ZoneInfo, lo: datetime, hi: datetime, off_lo: timedelta) -> datetime:
+    """The first whole second in (lo, hi] whose UTC offset differs from ``off_lo``.
+
+    The caller knows the offset at ``hi`` differs. tz transitions fall on whole seconds, and
+    no zone has two transitions within two days of each other (a test checks this against the
+    installed tzdata), so bisection finds the only one in a short interval.
+    """
+    lo_s = int((lo - _EPOCH).total_seconds() // 1)
+    hi_s = int(-((_EPOCH - hi).total_seconds() // 1))  # ceil
+    while hi_s - lo_s > 1:
+        mid = (lo_s + hi_s) // 2
+        if offset_at(zone, _EPOCH + timedelta(seconds=mid)) == off_lo:
+            lo_s = mid
+        else:
+            hi_s = mid
+    return _EPOCH + timedelta(seconds=hi_s)
+
+
+def fmt_wall(w: datetime) -> str:
+    return w.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _hm(w: datetime) -> str:
+    return w.strftime("%H:%M:%S") if w.second else w.strftime("%H:%M")
+
+
+def _occ(zone, at_naive_utc: datetime, wall: str, note=None, dropped=False) -> Occurrence:
+    at = at_naive_utc.replace(tzinfo=UTC)
+    return Occurrence(at=at, local=at.astimezone(zone), wall=wall, note=note, dropped=dropped)
+
+
+def resolve_fixed(zone: ZoneInfo, w: datetime, policy: DstPolicy) -> list[Occurrence]:
+    """Turn the naive wall time a fixed-time rule meant into its occurrence(s) under ``policy``.
+
+    zoneinfo's fold semantics tell the cases apart without a transition table: for a wall time
+    that happens once both folds give the same offset; for a skipped one fold=0 gives the offset
+    before the gap (smaller); for a repeated one fold=0 gives the first pass's (larger) offset.
+    """
+    oa = w.replace(tzinfo=zone).utcoffset()
+    ob = w.replace(tzinfo=zone, fold=1).utcoffset()
+    wall = fmt_wall(w)
+    if oa == ob:
+        return [_occ(zone, w - oa, wall)]
+    if oa < ob:
+        # Skipped: w - ob is before the gap, w - oa after it; the transition lies between.
+        if policy.skipped == "shift":
+            at = w - oa
+            local = at.replace(tzinfo=UTC).astimezone(zone)
+            return [
+                _occ(zone, at, wall,
+                     f"shifted: {_hm(w)} does not exist on {w.date()}; fired at {_hm(local)}, "
+                     "keeping the offset from before the gap")
+            ]
+        trans = first_change(zone, (w - ob).replace(tzinfo=UTC), (w - oa).replace(tzinfo=UTC), oa)
+        local = trans.astimezone(zone)
+        if policy.skipped == "skip":
+            return [
+                _occ(zone, trans.replace(tzinfo=None), wall,
+                     f"dropped: {_hm(w)} does not exist on {w.date()} (dstPolicy skipped=skip)",
+                     dropped=True)
+            ]
+        return [
+            _occ(zone, trans.replace(tzinfo=None), wall,
+                 f"moved: {_hm(w)} does not exist on {w.date()}; fired at {_hm(local)}, "
+                 "the first valid time after the gap")
+        ]
+    first, second = w - oa, w - ob
+    if policy.repeated == "earlier":
+        return [_occ(zone, first, wall, f"repeated: {_hm(w)} occurs twice on {w.date()}; fired at the earlier")]
+    if policy.repeated == "later":
+        return [_occ(zone, second, wall, f"repeated: {_hm(w)} occurs twice on {w.date()}; fired at the later")]
+    return [
+        _occ(zone, first, wall, f"repeated: {_hm(w)} occurs twice on {w.date()}; fired at both, this is the earlier"),
+        _occ(zone, second, wall, f"repeated: {_hm(w)} occurs twice on {w.date()}; fired at both, this is the later"),
+    ]
+
+
+def repeated_note(zone: ZoneInfo, w: datetime) -> str | None:
+    """The note a sub-daily occurrence carries when its wall time happens twice that day."""
+    oa = w.replace(tzinfo=zone).utcoffset()
+    ob = w.replace(tzinfo=zone, fold=1).utcoffset()
+    if oa > ob:
+        return f"repeated: {_hm(w)} occurs twice on {w.date()}; sub-daily rules fire at both"
+    return None
