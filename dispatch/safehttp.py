@@ -39,6 +39,7 @@ from typing import Any, Union
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.helpers import is_ip_address
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
@@ -556,8 +557,9 @@ class SafeClient:
             if allowed_prefixes is not None and not _parsed_url_allowed(parsed, allowed_prefixes):
                 raise TargetRefused(f"{url} is not on the tenant's allowlist")
             host = parsed.raw_host or ""
-            # aiohttp does not consult the resolver for IP literals, so check them here.
-            if ":" in host or host.replace(".", "").isdigit():
+            # aiohttp does not consult the resolver for what its own is_ip_address() calls an
+            # IP literal, so check exactly those here (same function, so no gap between them).
+            if is_ip_address(host):
                 reason = self.policy.refusal_for_host(host)
                 if reason is not None:
                     raise TargetRefused(reason)
@@ -566,6 +568,11 @@ class SafeClient:
                     raise TargetRefused(f"header {name!r} may not be set by the caller")
         except TargetRefused as exc:
             return _refused(exc.reason, started)
+
+        if not timeout > 0:
+            # aiohttp reads total=0 as "no limit"; a caller whose lease has run out gets a
+            # timeout without a call instead.
+            return _failure("TimeoutError", f"no time left for the call (timeout {timeout:g}s)", started, retryable=True)
 
         session = self._session
         if session is None:

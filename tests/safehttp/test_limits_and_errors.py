@@ -196,3 +196,41 @@ def test_cancelling_a_call_raises_cancelled_error():
                 return "returned"
 
     assert asyncio.run(main()) == "cancelled"
+
+
+def test_no_time_left_is_a_retryable_timeout_without_a_call(connects):
+    async def main():
+        async with SafeClient(allowed_networks=LOCAL) as client:
+            return [
+                await client.request("GET", "http://127.0.0.1:9/", headers={}, body=None, timeout=t, allowed_prefixes=None)
+                for t in (0, -1.5)
+            ]
+
+    for result in asyncio.run(main()):
+        assert result.error_class == "TimeoutError" and result.retryable is True
+    assert connects == []
+
+
+def test_environment_proxies_are_ignored(monkeypatch):
+    from .support import Listener
+
+    async def handler(request):
+        return web.Response(text="direct")
+
+    async def main():
+        proxy = await Listener().start()
+        try:
+            for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
+                monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+            monkeypatch.delenv("NO_PROXY", raising=False)
+            monkeypatch.delenv("no_proxy", raising=False)
+            async with serve(handler) as base:
+                async with SafeClient(allowed_networks=LOCAL) as client:
+                    result = await client.request("GET", base, headers={}, body=None, timeout=2, allowed_prefixes=None)
+            return result, proxy.accepted
+        finally:
+            await proxy.stop()
+
+    result, accepted = asyncio.run(main())
+    assert result.body_excerpt == b"direct"
+    assert accepted == []

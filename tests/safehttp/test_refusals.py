@@ -173,3 +173,13 @@ def test_callers_cannot_set_host_or_framing_headers(connects):
     for result in asyncio.run(main()):
         assert_refused(result, "may not be set by the caller")
     assert connects == []
+
+
+def test_ipv6_literals_with_a_zone_are_refused(connects):
+    async def main():
+        async with SafeClient() as client:
+            return [await call(client, url) for url in ("http://[fe80::1%25eth0]/", "http://[fe80::1%eth0]/", "http://[::1]/")]
+
+    for result in asyncio.run(main()):
+        assert result.error_class == "TargetRefused" and result.retryable is False, result
+    assert connects == []
