@@ -468,8 +468,10 @@ class _Connector(aiohttp.TCPConnector):
 
 
 class SafeClient:
-    """One ClientSession with a kept-alive connector; create one per process (or per loop)
-    and share it: connection reuse is most of the throughput."""
+    """One ClientSession with a kept-alive connector; create one per event loop and share it:
+    connection reuse is most of the throughput. The session is made on first use and belongs to
+    that loop, so do not carry one client across ``asyncio.run`` calls. A caller's User-Agent
+    header replaces the default one."""
 
     def __init__(
         self,
@@ -595,7 +597,8 @@ class SafeClient:
                 remote = getattr(getattr(resp, "_protocol", None), "peer_address", None)
                 excerpt, complete = await self._read_capped(resp.content)
                 if not complete:
-                    # Drop the connection rather than drain an oversized body.
+                    # Drop the connection rather than drain an oversized body. aiohttp's release
+                    # would also close a half-read connection; saying it here keeps that explicit.
                     resp.close()
                 status = resp.status
                 retry_after_header = resp.headers.get("Retry-After")
