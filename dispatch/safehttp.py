@@ -654,6 +654,8 @@ class SafeClient:
         if not first:
             return b"", content.at_eof()
         excerpt = first[:keep] if len(first) > keep else first
+        if content.at_eof():
+            return excerpt, True  # the usual case: the whole small body came in one read
         got = len(first)
         while got < cap:
             chunk = await content.read(cap - got)

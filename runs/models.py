@@ -1,0 +1,220 @@
+"""Occurrences, runs, attempts and the outbox: the durable side of scheduling (runs.md).
+
+State rules live in the database as check constraints; every transition is made by one function
+in `runs.services` (or the batched SQL in `runs.queue`) and writes its outbox event in the same
+transaction.
+"""
+
+import uuid
+
+from django.db import models
+from django.db.models import F, Q
+
+from schedules.models import Schedule, ScheduleVersion, Tenant
+
+
+class RunState(models.TextChoices):
+    READY = "ready"
+    LEASED = "leased"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELED = "canceled"
+    SKIPPED = "skipped"
+
+
+TERMINAL_STATES = ("succeeded", "dead", "canceled", "skipped")
+
+
+class RunKind(models.TextChoices):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
+
+
+class Reason(models.TextChoices):
+    """Why a run was skipped or canceled (or, for ready runs, why it waits)."""
+
+    MISFIRE = "misfire"
+    OVERLAP = "overlap"
+    SUPERSEDED = "superseded"
+    PAUSED = "paused"
+    DST = "dst"
+    CANCELED = "canceled"  # an explicit cancel by an operator, tenant or service
+    ARCHIVED = "archived"
+    BUFFERED = "buffered"  # overlap buffer_one: waiting for the earlier run to end
+
+
+class Occurrence(models.Model):
+    # Ids are made client-side so a scanner batch inserts occurrences and runs without a round
+    # trip to learn the keys.
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
+    schedule_version = models.PositiveIntegerField()
+    version = models.ForeignKey(ScheduleVersion, on_delete=models.PROTECT, related_name="occurrences")
+    scheduled_time = models.DateTimeField()
+    # What the rule meant: the naive local wall time, the zone, the tz database used, and a note
+    # when DST moved or dropped it, so a later tzdata update cannot silently change history.
+    local_wall_time = models.CharField(max_length=32)
+    local_time = models.CharField(max_length=40)
+    time_zone = models.CharField(max_length=64)
+    tzdata_version = models.CharField(max_length=16)
+    note = models.CharField(max_length=200, blank=True, default="")
+    kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.SCHEDULED)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Invariant 1: the final guard against a second run for one occurrence.
+            models.UniqueConstraint(
+                fields=["schedule", "schedule_version", "scheduled_time"], name="occurrence_identity_unique"
+            ),
+        ]
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # = idempotency key
+    occurrence = models.OneToOneField(Occurrence, on_delete=models.PROTECT, related_name="run")
+    # Denormalised from the occurrence so claiming, fairness and listing need no join.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    schedule_version = models.PositiveIntegerField()
+    version = models.ForeignKey(ScheduleVersion, on_delete=models.PROTECT, related_name="runs")
+    scheduled_time = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.SCHEDULED)
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.READY)
+    reason = models.CharField(max_length=16, choices=Reason.choices, blank=True, default="")
+    generation = models.PositiveIntegerField(default=0)
+    # Attempts the retry policy counts; a manual retry resets it, the generation never goes back.
+    attempts_used = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+    next_eligible_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    first_started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    retried_by = models.CharField(max_length=200, blank=True, default="")
+    retried_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-scheduled_time", "-id"]
+        indexes = [
+            # The workers' claim: ready runs by eligibility time. Partial so the planner keeps to
+            # the few ready rows however large the history grows.
+            models.Index(fields=["next_eligible_at"], name="run_ready_idx", condition=Q(state="ready")),
+            # The reconciler's expiry scan: leased runs by lease end.
+            models.Index(fields=["lease_until"], name="run_leased_idx", condition=Q(state="leased")),
+            # Dead-letter queue listing and its size.
+            models.Index(fields=["tenant", "-finished_at"], name="run_dead_idx", condition=Q(state="dead")),
+            # Run lists per schedule and per tenant (keyset pagination on scheduled_time, id).
+            models.Index(fields=["schedule", "-scheduled_time", "-id"], name="run_schedule_time_idx"),
+            models.Index(fields=["tenant", "-scheduled_time", "-id"], name="run_tenant_time_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in RunState]), name="run_state_valid"
+            ),
+            # Leased exactly when a lease exists.
+            models.CheckConstraint(
+                condition=(Q(state="leased") & Q(lease_until__isnull=False) & ~Q(lease_owner=""))
+                | (~Q(state="leased") & Q(lease_until__isnull=True)),
+                name="run_lease_iff_leased",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="ready") | Q(next_eligible_at__isnull=False), name="run_ready_has_eligibility"
+            ),
+            # finished_at is set exactly when the run is terminal.
+            models.CheckConstraint(
+                condition=(Q(state__in=TERMINAL_STATES) & Q(finished_at__isnull=False))
+                | (~Q(state__in=TERMINAL_STATES) & Q(finished_at__isnull=True)),
+                name="run_finished_iff_terminal",
+            ),
+            models.CheckConstraint(condition=Q(generation__gte=0), name="run_generation_nonnegative"),
+            models.CheckConstraint(condition=Q(attempts_used__lte=F("generation")), name="run_attempts_within_generation"),
+            models.CheckConstraint(
+                condition=~Q(state="leased") | Q(generation__gte=1), name="run_leased_has_generation"
+            ),
+        ]
+
+    def __str__(self):
+        return f"run {self.id} ({self.state})"
+
+    @property
+    def idempotency_key(self) -> str:
+        return str(self.id)
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"  # the lease expired: the target may or may not have acted
+    ABANDONED = "abandoned"  # given back without calling the target (shutdown) or canceled mid-call
+
+
+class Attempt(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    generation = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices, null=True, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_class = models.CharField(max_length=100, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    response_excerpt = models.TextField(blank=True, default="")
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    remote_address = models.CharField(max_length=64, blank=True, default="")
+    # Set when the run was canceled while this attempt was in flight.
+    canceled_in_flight = models.BooleanField(default=False)
+    # A result that arrived after the attempt was fenced (lease lost, run canceled): kept as
+    # evidence, never applied to the run.
+    late_result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "generation"]
+        constraints = [
+            # Invariant 2: one attempt per generation.
+            models.UniqueConstraint(fields=["run", "generation"], name="attempt_run_generation_unique"),
+            # Invariant 3 (half of it): at most one open attempt per run.
+            models.UniqueConstraint(fields=["run"], condition=Q(outcome__isnull=True), name="attempt_one_open_per_run"),
+            models.CheckConstraint(
+                condition=(Q(outcome__isnull=True) & Q(finished_at__isnull=True))
+                | (Q(outcome__isnull=False) & Q(finished_at__isnull=False)),
+                name="attempt_finished_iff_outcome",
+            ),
+            models.CheckConstraint(
+                condition=Q(outcome__isnull=True) | Q(outcome__in=[o.value for o in AttemptOutcome]),
+                name="attempt_outcome_valid",
+            ),
+            models.CheckConstraint(condition=Q(generation__gte=1), name="attempt_generation_positive"),
+        ]
+
+    def __str__(self):
+        return f"attempt {self.run_id}#{self.generation}"
+
+
+class OutboxEvent(models.Model):
+    """A run transition, written in the transaction that made it; the relay publishes it."""
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", null=True)
+    kind = models.CharField(max_length=40)  # run.created, run.leased, run.succeeded, ...
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    publish_attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # The relay's queue: unpublished events in order.
+            models.Index(fields=["id"], name="outbox_unpublished_idx", condition=Q(published_at__isnull=True)),
+            # Retention pruning of published events.
+            models.Index(fields=["published_at"], name="outbox_published_idx", condition=Q(published_at__isnull=False)),
+        ]

@@ -1,0 +1,597 @@
+"""The run queue: every batched transition of the dispatch loops lives here, in one module.
+
+- `materialise_due`   scanner: due schedules -> occurrence + run + outbox, next_run_at advanced
+- `claim`             worker: ready runs -> leased, generation + 1, attempt opened
+- `heartbeat`         worker: extend leases still owned; report the ones lost
+- `complete`          worker: apply results, fenced by generation, in one transaction per batch
+- `release_unstarted` worker shutdown: give claimed-but-not-started runs back without using an attempt
+- `expire_leases`     reconciler: expired lease -> attempt unknown -> ready with backoff, or dead
+
+Single-run manual transitions (retry, cancel) are in `runs.services`.
+"""
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Case, CharField, DateTimeField, F, Q, TextField, Value, When
+from django.db.models.functions import Mod
+
+from runs.models import (
+    TERMINAL_STATES,
+    Attempt,
+    AttemptOutcome,
+    Occurrence,
+    OutboxEvent,
+    Reason,
+    Run,
+    RunKind,
+    RunState,
+)
+from schedules import timeexpr
+from schedules.models import Schedule, ScheduleStatus, ScheduleVersion, Tenant
+from schedules.services import rule_for
+from scheduler_project.dbclock import db_now
+
+# A buffered run (overlap buffer_one) waits with this eligibility until the run before it ends.
+BUFFERED_UNTIL = datetime(2999, 1, 1, tzinfo=timezone.utc)
+# One pass never makes more than this many occurrences for one schedule (a long outage of an
+# every-minute schedule is worked off over several passes instead of one huge transaction).
+MAX_OCCURRENCES_PER_PASS = 10_000
+ONE_US = timedelta(microseconds=1)
+
+
+def backoff_seconds(attempt: int, base: float, cap: float) -> float:
+    """Full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]."""
+    return random.uniform(0, min(cap, base * 2 ** (max(1, attempt) - 1)))
+
+
+def event(run_id, tenant_id, kind: str, **payload) -> OutboxEvent:
+    return OutboxEvent(run_id=run_id, tenant_id=tenant_id, kind=kind, payload={"runId": str(run_id), **payload})
+
+
+def _iso(dt):
+    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z") if dt else None
+
+
+# --------------------------------------------------------------------------------------------
+# scanner
+
+
+@dataclass
+class Planned:
+    occ: timeexpr.Occurrence
+    state: str  # ready | skipped
+    reason: str = ""
+    eligible_at: datetime | None = None
+
+
+@dataclass
+class ScanResult:
+    schedules: int = 0
+    runs: int = 0
+    skipped: int = 0
+    errors: list = field(default_factory=list)
+
+
+def _active_runs(schedule_ids) -> dict:
+    """For overlap policies: per schedule, whether an earlier run is still leased or waiting to
+    retry, and whether one is already buffered."""
+    out = {}
+    rows = Run.objects.filter(schedule_id__in=schedule_ids).filter(
+        Q(state=RunState.LEASED) | Q(state=RunState.READY, generation__gt=0) | Q(state=RunState.READY, reason=Reason.BUFFERED)
+    ).values_list("schedule_id", "state", "reason")
+    for sid, state, reason in rows:
+        busy, buffered = out.get(sid, (False, False))
+        if reason == Reason.BUFFERED:
+            buffered = True
+        else:
+            busy = True
+        out[sid] = (busy, buffered)
+    return out
+
+
+def plan_schedule(schedule: Schedule, version: ScheduleVersion, now: datetime, horizon: timedelta, active) -> tuple:
+    """Decide what each due occurrence of one schedule becomes.
+
+    Returns (planned, next_run_at, completed). Steps, in this order because each depends on the
+    one before: collect the occurrences up to now (plus the horizon); split off the missed ones
+    (older than the misfire grace) and apply the misfire policy to them; apply the DST policy's
+    drops; apply the overlap policy to what is left to run."""
+    rule = rule_for(version, schedule.anchor_at)
+    # Overlap needs to see the earlier run's state when the occurrence is due, so only schedules
+    # that allow overlap are materialised ahead of time.
+    limit = now + (horizon if version.overlap_policy == "allow" else timedelta(0))
+    due, next_at, completed = [], None, False
+    for occ in rule.iter_after(schedule.next_run_at - ONE_US):
+        if version.end_at and occ.at >= version.end_at:
+            completed = True
+            break
+        if occ.at > limit:
+            next_at = occ.at
+            break
+        due.append(occ)
+        if len(due) >= MAX_OCCURRENCES_PER_PASS:
+            next_at = occ.at + ONE_US
+            break
+    else:
+        completed = True  # the rule has no more occurrences (a fired at(), an exhausted RRULE)
+
+    grace_cut = now - timedelta(seconds=version.misfire_grace_seconds)
+    missed = [o for o in due if o.at < grace_cut and not o.dropped]
+    keep_missed = {
+        "skip": 0,
+        "run_once": 1,
+        "catch_up": version.catchup_limit,
+    }[version.misfire_policy]
+    run_missed = set(id(o) for o in missed[len(missed) - keep_missed :]) if keep_missed else set()
+
+    busy, buffered = active.get(schedule.id, (False, False))
+    planned = []
+    for occ in due:
+        if occ.dropped:
+            planned.append(Planned(occ, RunState.SKIPPED, Reason.DST))
+            continue
+        if occ.at < grace_cut and id(occ) not in run_missed:
+            planned.append(Planned(occ, RunState.SKIPPED, Reason.MISFIRE))
+            continue
+        if version.overlap_policy != "allow" and busy:
+            if version.overlap_policy == "buffer_one" and not buffered:
+                buffered = True
+                planned.append(Planned(occ, RunState.READY, Reason.BUFFERED, BUFFERED_UNTIL))
+            else:
+                planned.append(Planned(occ, RunState.SKIPPED, Reason.OVERLAP))
+            continue
+        planned.append(Planned(occ, RunState.READY, "", occ.at))
+        if version.overlap_policy != "allow":
+            busy = True  # a later occurrence of this pass overlaps the one just made
+    return planned, next_at, completed
+
+
+def build_run(schedule, version, occ: timeexpr.Occurrence, *, state, reason, eligible_at, kind, now):
+    """Unsaved occurrence + run + its outbox event for one occurrence."""
+    o = Occurrence(
+        schedule_id=schedule.id,
+        schedule_version=version.version,
+        version=version,
+        scheduled_time=occ.at,
+        local_wall_time=occ.wall,
+        local_time=occ.local.isoformat(),
+        time_zone=version.time_zone,
+        tzdata_version=timeexpr.tzdata_version(),
+        note=(occ.note or "")[:200],
+        kind=kind,
+    )
+    terminal = state in TERMINAL_STATES
+    r = Run(
+        occurrence=o,
+        tenant_id=schedule.tenant_id,
+        schedule_id=schedule.id,
+        schedule_version=version.version,
+        version=version,
+        scheduled_time=occ.at,
+        kind=kind,
+        state=state,
+        reason=reason,
+        max_attempts=version.max_attempts,
+        next_eligible_at=None if terminal else eligible_at,
+        finished_at=now if terminal else None,
+    )
+    ev = event(
+        r.id,
+        schedule.tenant_id,
+        f"run.{'created' if state == RunState.READY else state}",
+        scheduleId=str(schedule.id),
+        scheduleVersion=version.version,
+        scheduledTime=_iso(occ.at),
+        state=state,
+        reason=reason or None,
+    )
+    return o, r, ev
+
+
+def insert_runs(triples) -> list[Run]:
+    """Insert occurrences, then runs and events for the occurrences that were new. An occurrence
+    that already exists (made by a backfill, or by a pass that crashed after committing) is left
+    alone: the unique constraint decides, so there is never a second run for it."""
+    if not triples:
+        return []
+    Occurrence.objects.bulk_create([t[0] for t in triples], batch_size=1000, ignore_conflicts=True)
+    inserted = set(
+        Occurrence.objects.filter(id__in=[t[0].id for t in triples]).values_list("id", flat=True)
+    )
+    kept = [t for t in triples if t[0].id in inserted]
+    for _, r, _ in kept:
+        r.occurrence_id = r.occurrence.id
+    Run.objects.bulk_create([t[1] for t in kept], batch_size=1000)
+    OutboxEvent.objects.bulk_create([t[2] for t in kept], batch_size=1000)
+    return [t[1] for t in kept]
+
+
+def due_schedules(now, *, shards: int | None = None, shard: int | None = None, horizon=timedelta(0)):
+    qs = Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__lte=now + horizon)
+    if shards:
+        qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard=shard)
+    return qs.order_by("next_run_at")
+
+
+def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> ScanResult:
+    """One scanner step: lock up to `batch` due schedules (skipping ones another scanner holds),
+    turn their due occurrences into runs and advance next_run_at, all in one short transaction.
+
+    The schedule row lock serialises everyone who inserts occurrences for a schedule (scanner,
+    trigger, backfill), and the occurrence unique constraint is the final guard: a duplicate
+    aborts the transaction instead of making a second run."""
+    result = ScanResult()
+    with transaction.atomic():
+        now = db_now()
+        schedules = list(
+            due_schedules(now, shards=shards, shard=shard, horizon=horizon)
+            .select_for_update(skip_locked=True, of=("self",))
+            .select_related("current")[:batch]
+        )
+        if not schedules:
+            return result
+        overlap_ids = [s.id for s in schedules if s.current.overlap_policy != "allow"]
+        active = _active_runs(overlap_ids) if overlap_ids else {}
+        triples, changed = [], []
+        for s in schedules:
+            version = s.current
+            try:
+                planned, next_at, completed = plan_schedule(s, version, now, horizon, active)
+            except Exception as exc:  # one bad rule must not stop the scanner for everyone
+                s.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+                s.next_run_at = now + timedelta(minutes=5)
+                changed.append(s)
+                result.errors.append((s.id, s.last_error))
+                continue
+            for p in planned:
+                triples.append(
+                    build_run(s, version, p.occ, state=p.state, reason=p.reason, eligible_at=p.eligible_at,
+                              kind=RunKind.SCHEDULED, now=now)
+                )
+            s.next_run_at = next_at
+            if completed:
+                s.status, s.completed_at, s.next_run_at = ScheduleStatus.COMPLETED, now, None
+            s.last_error = ""
+            changed.append(s)
+        for r in insert_runs(triples):
+            if r.state == RunState.SKIPPED:
+                result.skipped += 1
+            else:
+                result.runs += 1
+        Schedule.objects.bulk_update(changed, ["next_run_at", "status", "completed_at", "last_error"], batch_size=1000)
+        result.schedules = len(schedules)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# worker
+
+
+@dataclass
+class Claimed:
+    """Everything a worker needs to call one run's target, taken at claim time."""
+
+    run_id: object
+    generation: int
+    attempt_id: int
+    attempts_used: int
+    max_attempts: int
+    tenant_id: object
+    schedule_id: object
+    schedule_version: int
+    scheduled_time: datetime
+    version_id: int
+
+
+def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None) -> list[Claimed]:
+    """Lease up to `limit` ready, due runs in one short transaction: lock with SKIP LOCKED, bump
+    the generation, set the lease from the database clock, open the attempt, write the event."""
+    lease = timedelta(seconds=lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
+    with transaction.atomic():
+        now = db_now()
+        ids = list(
+            Run.objects.filter(state=RunState.READY, next_eligible_at__lte=now)
+            .order_by("next_eligible_at")
+            .select_for_update(skip_locked=True)
+            .values_list("id", flat=True)[:limit]
+        )
+        if not ids:
+            return []
+        Run.objects.filter(id__in=ids).update(
+            state=RunState.LEASED,
+            generation=F("generation") + 1,
+            attempts_used=F("attempts_used") + 1,
+            lease_until=now + lease,
+            lease_owner=worker_id,
+            reason="",
+            next_eligible_at=None,
+            first_started_at=Case(
+                When(first_started_at__isnull=True, then=Value(now)), default=F("first_started_at"), output_field=DateTimeField()
+            ),
+        )
+        rows = list(
+            Run.objects.filter(id__in=ids).values_list(
+                "id", "generation", "attempts_used", "max_attempts", "tenant_id", "schedule_id",
+                "schedule_version", "scheduled_time", "version_id",
+            )
+        )
+        attempts = Attempt.objects.bulk_create(
+            [Attempt(run_id=r[0], generation=r[1], worker_id=worker_id, started_at=now) for r in rows]
+        )
+        OutboxEvent.objects.bulk_create(
+            [event(r[0], r[4], "run.leased", generation=r[1], workerId=worker_id, state="leased") for r in rows]
+        )
+    return [
+        Claimed(r[0], r[1], a.id, r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r, a in zip(rows, attempts)
+    ]
+
+
+def _owned(keys, worker_id=None):
+    """Filter for runs still leased at the given (run id, generation) pairs."""
+    cond = Q()
+    for run_id, gen in keys:
+        cond |= Q(id=run_id, generation=gen)
+    qs = Run.objects.filter(cond, state=RunState.LEASED)
+    if worker_id:
+        qs = qs.filter(lease_owner=worker_id)
+    return qs
+
+
+def heartbeat(worker_id: str, keys: list[tuple], *, lease_seconds: int | None = None) -> set:
+    """Extend the leases this worker still owns; returns the (run id, generation) pairs it has
+    lost (canceled, expired and re-leased), whose calls the worker should abandon."""
+    if not keys:
+        return set()
+    lease = timedelta(seconds=lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
+    with transaction.atomic():
+        now = db_now()
+        owned = set(_owned(keys, worker_id).select_for_update().values_list("id", "generation"))
+        if owned:
+            _owned(owned, worker_id).update(lease_until=now + lease)
+    return set(keys) - owned
+
+
+@dataclass
+class Result:
+    """What one attempt's call produced, as the worker reports it."""
+
+    claimed: Claimed
+    outcome: str  # succeeded | failed
+    retryable: bool = False
+    http_status: int | None = None
+    error_class: str = ""
+    error: str = ""
+    response_excerpt: str = ""
+    latency_ms: int | None = None
+    remote_address: str = ""
+    retry_after: float | None = None
+
+    def evidence(self) -> dict:
+        return {
+            "outcome": self.outcome,
+            "httpStatus": self.http_status,
+            "errorClass": self.error_class or None,
+            "error": self.error or None,
+            "latencyMs": self.latency_ms,
+        }
+
+
+def next_state_after_failure(attempts_used, max_attempts, retryable, base, cap, now, retry_after=None):
+    """(state, next_eligible_at) for a failed or unknown attempt under the retry policy."""
+    if not retryable or attempts_used >= max_attempts:
+        return RunState.DEAD, None
+    delay = backoff_seconds(attempts_used, base, cap)
+    if retry_after:
+        delay = max(delay, min(retry_after, 3600.0))
+    return RunState.READY, now + timedelta(seconds=delay)
+
+
+def complete(results: list[Result]) -> tuple[int, int]:
+    """Apply a batch of results in one transaction. A result is applied only where the run is
+    still leased at that generation; any other result is kept on its attempt as late evidence
+    and changes nothing else. Returns (applied, fenced)."""
+    if not results:
+        return 0, 0
+    with transaction.atomic():
+        now = db_now()
+        keys = [(r.claimed.run_id, r.claimed.generation) for r in results]
+        owned = {
+            row[0]: row
+            for row in _owned(keys).select_for_update().values_list("id", "generation", "attempts_used", "max_attempts", "version_id", "schedule_id")
+        }
+        versions = {
+            v.id: v
+            for v in ScheduleVersion.objects.filter(id__in={row[4] for row in owned.values()}).only(
+                "id", "backoff_base_seconds", "backoff_max_seconds"
+            )
+        }
+        attempts = {a.id: a for a in Attempt.objects.filter(id__in=[r.claimed.attempt_id for r in results])}
+        run_updates, events, touched_attempts, ended_schedules = [], [], [], set()
+        for r in results:
+            c = r.claimed
+            a = attempts[c.attempt_id]
+            row = owned.get(c.run_id)
+            if row is None or row[1] != c.generation:
+                a.late_result = {**r.evidence(), "receivedAt": _iso(now)}
+                touched_attempts.append(a)
+                continue
+            a.outcome = r.outcome
+            a.finished_at = now
+            a.http_status = r.http_status
+            a.error_class = r.error_class[:100]
+            a.error = r.error[:2000]
+            a.response_excerpt = r.response_excerpt
+            a.latency_ms = r.latency_ms
+            a.remote_address = r.remote_address or ""
+            touched_attempts.append(a)
+            if r.outcome == AttemptOutcome.SUCCEEDED:
+                state, eligible = RunState.SUCCEEDED, None
+            else:
+                v = versions[row[4]]
+                state, eligible = next_state_after_failure(
+                    row[2], row[3], r.retryable, v.backoff_base_seconds, v.backoff_max_seconds, now, r.retry_after
+                )
+            run_updates.append((c.run_id, state, eligible, r.error or (f"HTTP {r.http_status}" if r.http_status else "")))
+            if state in TERMINAL_STATES:
+                ended_schedules.add(row[5])
+            events.append(
+                event(c.run_id, c.tenant_id, f"run.{'retry_scheduled' if state == RunState.READY else state}",
+                      generation=c.generation, state=state, nextEligibleAt=_iso(eligible), **r.evidence())
+            )
+        Attempt.objects.bulk_update(
+            touched_attempts,
+            ["outcome", "finished_at", "http_status", "error_class", "error", "response_excerpt", "latency_ms",
+             "remote_address", "late_result"],
+        )
+        _apply_run_updates(run_updates, now)
+        OutboxEvent.objects.bulk_create(events)
+        if ended_schedules:
+            release_buffered(ended_schedules, now)
+    return len(run_updates), len(results) - len(run_updates)
+
+
+def _apply_run_updates(updates, now) -> None:
+    """One UPDATE for a batch of (run id, new state, next_eligible_at, error) decisions made while
+    the rows are locked."""
+    if not updates:
+        return
+    ids = [u[0] for u in updates]
+    state_case = Case(*[When(id=u[0], then=Value(u[1])) for u in updates], output_field=CharField())
+    eligible_case = Case(
+        *[When(id=u[0], then=Value(u[2])) for u in updates if u[2]], default=Value(None), output_field=DateTimeField()
+    )
+    error_case = Case(*[When(id=u[0], then=Value(u[3])) for u in updates], default=F("last_error"), output_field=TextField())
+    terminal = [u[0] for u in updates if u[1] in TERMINAL_STATES]
+    Run.objects.filter(id__in=ids).update(
+        state=state_case,
+        next_eligible_at=eligible_case,
+        lease_until=None,
+        lease_owner="",
+        last_error=error_case,
+        finished_at=Case(When(id__in=terminal, then=Value(now)), default=Value(None), output_field=DateTimeField())
+        if terminal
+        else None,
+    )
+
+
+def release_buffered(schedule_ids, now) -> int:
+    """Overlap buffer_one: the earlier run ended, so the buffered run may start now."""
+    busy = set(
+        Run.objects.filter(schedule_id__in=schedule_ids, state=RunState.LEASED).values_list("schedule_id", flat=True)
+    ) | set(
+        Run.objects.filter(schedule_id__in=schedule_ids, state=RunState.READY, generation__gt=0).values_list("schedule_id", flat=True)
+    )
+    free = set(schedule_ids) - busy
+    if not free:
+        return 0
+    return Run.objects.filter(schedule_id__in=free, state=RunState.READY, reason=Reason.BUFFERED).update(
+        next_eligible_at=now, reason=""
+    )
+
+
+def release_unstarted(claims: list[Claimed]) -> int:
+    """Shutdown: runs claimed but not yet called go straight back to ready. The attempt row stays
+    (generations have no gaps) as `abandoned`, and does not count against the retry budget."""
+    if not claims:
+        return 0
+    with transaction.atomic():
+        now = db_now()
+        keys = [(c.run_id, c.generation) for c in claims]
+        owned = set(_owned(keys).select_for_update().values_list("id", "generation"))
+        if not owned:
+            return 0
+        _owned(owned).update(
+            state=RunState.READY, lease_until=None, lease_owner="", next_eligible_at=now,
+            attempts_used=F("attempts_used") - 1,
+        )
+        mine = [c for c in claims if (c.run_id, c.generation) in owned]
+        Attempt.objects.filter(id__in=[c.attempt_id for c in mine]).update(
+            outcome=AttemptOutcome.ABANDONED, finished_at=now, error="given back unstarted at worker shutdown"
+        )
+        OutboxEvent.objects.bulk_create(
+            [event(c.run_id, c.tenant_id, "run.released", generation=c.generation, state="ready") for c in mine]
+        )
+    return len(mine)
+
+
+# --------------------------------------------------------------------------------------------
+# reconciler
+
+
+def expire_leases(*, batch: int = 500) -> int:
+    """Leases past their end (database clock): the attempt's outcome is unknown (the target may
+    or may not have acted), the run goes back to ready under the retry policy, or to dead."""
+    with transaction.atomic():
+        now = db_now()
+        runs = list(
+            Run.objects.filter(state=RunState.LEASED, lease_until__lt=now)
+            .select_for_update(skip_locked=True)
+            .select_related("version")
+            .only("id", "tenant_id", "schedule_id", "generation", "attempts_used", "max_attempts",
+                  "version__backoff_base_seconds", "version__backoff_max_seconds", "lease_owner")[:batch]
+        )
+        if not runs:
+            return 0
+        updates, events, ended = [], [], set()
+        for r in runs:
+            state, eligible = next_state_after_failure(
+                r.attempts_used, r.max_attempts, True, r.version.backoff_base_seconds, r.version.backoff_max_seconds, now
+            )
+            msg = f"lease expired while {r.lease_owner} held it: outcome unknown"
+            updates.append((r.id, state, eligible, msg))
+            if state in TERMINAL_STATES:
+                ended.add(r.schedule_id)
+            events.append(event(r.id, r.tenant_id, "run.lease_expired", generation=r.generation, state=state,
+                                nextEligibleAt=_iso(eligible)))
+        cond = Q()
+        for r in runs:
+            cond |= Q(run_id=r.id, generation=r.generation)
+        Attempt.objects.filter(cond, outcome__isnull=True).update(
+            outcome=AttemptOutcome.UNKNOWN, finished_at=now, error_class="LeaseExpired",
+            error="the lease expired before a result was recorded; the target may or may not have acted",
+        )
+        _apply_run_updates(updates, now)
+        OutboxEvent.objects.bulk_create(events)
+        if ended:
+            release_buffered(ended, now)
+    return len(runs)
+
+
+def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
+    """Misfire for occurrences that were materialised but never claimed within their grace (all
+    workers down, a long backlog): the schedule's misfire policy decides which still run, the
+    rest become `skipped` with reason misfire. Returns how many were skipped."""
+    with transaction.atomic():
+        now = db_now()
+        runs = list(
+            Run.objects.filter(
+                state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
+            )
+            .order_by("next_eligible_at")
+            .select_for_update(skip_locked=True, of=("self",))
+            .select_related("version")
+            .only("id", "tenant_id", "schedule_id", "scheduled_time", "version__misfire_policy",
+                  "version__misfire_grace_seconds", "version__catchup_limit")[:batch]
+        )
+        by_schedule: dict = {}
+        for r in runs:
+            if r.scheduled_time < now - timedelta(seconds=r.version.misfire_grace_seconds):
+                by_schedule.setdefault(r.schedule_id, []).append(r)
+        doomed = []
+        for missed in by_schedule.values():
+            v = missed[0].version
+            keep = {"skip": 0, "run_once": 1, "catch_up": v.catchup_limit}[v.misfire_policy]
+            doomed.extend(missed[: len(missed) - keep] if keep else missed)
+        if not doomed:
+            return 0
+        Run.objects.filter(id__in=[r.id for r in doomed]).update(
+            state=RunState.SKIPPED, reason=Reason.MISFIRE, next_eligible_at=None, finished_at=now
+        )
+        OutboxEvent.objects.bulk_create(
+            [event(r.id, r.tenant_id, "run.skipped", state="skipped", reason="misfire") for r in doomed]
+        )
+    return len(doomed)

@@ -1,0 +1,167 @@
+"""Schedule changes that also touch runs: edit, pause, resume, archive, trigger now, backfill.
+Each is the one entry point for its change; all take the schedule row lock first, the same lock
+the scanner takes, so none of them races a scan of the same schedule."""
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+
+from runs.models import Reason, Run, RunKind, RunState
+from runs.queue import build_run, insert_runs
+from runs.services import cancel_unstarted
+from scheduler_project.dbclock import db_now
+from scheduler_project.errors import Conflict, StaleVersion, ValidationFailed
+from schedules import timeexpr
+from schedules.models import Schedule, ScheduleStatus
+from schedules.services import Actor, audit, first_run_at, rule_for, version_fields, write_new_version
+
+
+def _locked(schedule) -> Schedule:
+    sid = getattr(schedule, "id", schedule)
+    return Schedule.objects.select_for_update(of=("self",)).select_related("current", "tenant").get(id=sid)
+
+
+def _require_live(schedule: Schedule) -> None:
+    if schedule.status == ScheduleStatus.ARCHIVED:
+        raise Conflict("this schedule is archived", status=schedule.status)
+
+
+@transaction.atomic
+def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bool | None = None, by: Actor) -> Schedule:
+    """Apply an edit made against `expected_version`. A change to any versioned field makes a new
+    immutable version and cancels the older versions' runs that have not started (superseded);
+    runs already leased or waiting to retry finish under their own version."""
+    schedule = _locked(schedule)
+    _require_live(schedule)
+    if expected_version != schedule.version:
+        raise StaleVersion(schedule.version)
+    now = db_now()
+    current = version_fields(schedule.current)
+    real = {k: v for k, v in changes.items() if current.get(k) != v}
+    if real:
+        write_new_version(schedule, real, by=by, now=now)
+        cancel_unstarted(schedule.id, reason=Reason.SUPERSEDED, versions_below=schedule.version)
+    if enabled is False and schedule.enabled:
+        _pause(schedule, by=by, now=now)
+    elif enabled is True and not schedule.enabled:
+        _resume(schedule, by=by, now=now)
+    return schedule
+
+
+def _pause(schedule: Schedule, *, by: Actor, now: datetime) -> None:
+    schedule.enabled = False
+    schedule.paused_at = now
+    schedule.next_run_at = None
+    schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "updated_at"])
+    canceled = cancel_unstarted(schedule.id, reason=Reason.PAUSED)
+    audit("schedule.pause", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+          before={"enabled": True}, after={"enabled": False, "canceledRuns": canceled})
+
+
+def _resume(schedule: Schedule, *, by: Actor, now: datetime) -> None:
+    """The next occurrence is computed from the moment of resume: the paused interval is not
+    replayed (a backfill does that on purpose)."""
+    schedule.enabled = True
+    schedule.paused_at = None
+    if schedule.status == ScheduleStatus.ACTIVE:
+        rule = rule_for(schedule.current, schedule.anchor_at)
+        schedule.next_run_at = first_run_at(rule, version_fields(schedule.current), after=now)
+        if schedule.next_run_at is None:
+            schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
+    schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "status", "completed_at", "updated_at"])
+    audit("schedule.resume", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+          before={"enabled": False}, after={"enabled": True, "nextRunAt": schedule.next_run_at and schedule.next_run_at.isoformat()})
+
+
+@transaction.atomic
+def pause_schedule(schedule, *, by: Actor) -> Schedule:
+    schedule = _locked(schedule)
+    _require_live(schedule)
+    if schedule.enabled:
+        _pause(schedule, by=by, now=db_now())
+    return schedule
+
+
+@transaction.atomic
+def resume_schedule(schedule, *, by: Actor) -> Schedule:
+    schedule = _locked(schedule)
+    _require_live(schedule)
+    if not schedule.enabled:
+        _resume(schedule, by=by, now=db_now())
+    return schedule
+
+
+@transaction.atomic
+def archive_schedule(schedule, *, by: Actor) -> Schedule:
+    """No new occurrences; history kept; runs that have not started are canceled."""
+    schedule = _locked(schedule)
+    if schedule.status == ScheduleStatus.ARCHIVED:
+        return schedule
+    now = db_now()
+    schedule.status = ScheduleStatus.ARCHIVED
+    schedule.archived_at = now
+    schedule.next_run_at = None
+    schedule.save(update_fields=["status", "archived_at", "next_run_at", "updated_at"])
+    canceled = cancel_unstarted(schedule.id, reason=Reason.ARCHIVED)
+    audit("schedule.archive", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+          after={"canceledRuns": canceled})
+    return schedule
+
+
+@transaction.atomic
+def trigger_schedule(schedule, *, by: Actor) -> Run:
+    """A manual run now; its identity is the trigger's instant (database clock)."""
+    schedule = _locked(schedule)
+    _require_live(schedule)
+    now = db_now()
+    version = schedule.current
+    zone = timeexpr.validate_time_zone(version.time_zone)
+    local = now.astimezone(zone)
+    occ = timeexpr.Occurrence(at=now, local=local, wall=local.replace(tzinfo=None).isoformat(timespec="seconds"), note="manual trigger")
+    triple = build_run(schedule, version, occ, state=RunState.READY, reason="", eligible_at=now, kind=RunKind.MANUAL, now=now)
+    made = insert_runs([triple])
+    if not made:
+        raise Conflict("a run for this instant already exists; try again")
+    audit("schedule.trigger", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+          after={"runId": str(made[0].id)})
+    return made[0]
+
+
+def plan_backfill(schedule: Schedule, start: datetime, end: datetime) -> tuple[list, int]:
+    """The occurrences a backfill of [start, end) would make under the current version, leaving
+    out instants that already have a run of any version; and how many the rule has in all."""
+    if end <= start:
+        raise ValidationFailed({"to": ["'to' must be after 'from'"]})
+    limit = settings.SCHEDULER_MAX_BACKFILL
+    rule = rule_for(schedule.current, schedule.anchor_at)
+    occs = [o for o in rule.between(start, end, limit + 1) if not o.dropped]
+    if len(occs) > limit:
+        raise ValidationFailed(
+            {"to": [f"this range has more than {limit} occurrences (SCHEDULER_MAX_BACKFILL); backfill a shorter range"]}
+        )
+    existing = set(
+        Run.objects.filter(schedule_id=schedule.id, scheduled_time__gte=start, scheduled_time__lt=end)
+        .values_list("scheduled_time", flat=True)
+    )
+    return [o for o in occs if o.at not in existing], len(occs)
+
+
+@transaction.atomic
+def backfill_schedule(schedule, *, start: datetime, end: datetime, by: Actor) -> int:
+    """Materialise every occurrence of the rule in [start, end) that has no run yet, as runs
+    ready now. Bounded by SCHEDULER_MAX_BACKFILL; never a second run for an instant."""
+    schedule = _locked(schedule)
+    _require_live(schedule)
+    now = db_now()
+    todo, _ = plan_backfill(schedule, start, end)
+    triples = [
+        build_run(schedule, schedule.current, o, state=RunState.READY, reason="", eligible_at=now,
+                  kind=RunKind.BACKFILL, now=now)
+        for o in todo
+    ]
+    made = insert_runs(triples)
+    audit("schedule.backfill", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+          after={"from": start.isoformat(), "to": end.isoformat(), "runs": len(made)})
+    return len(made)
+

@@ -1,0 +1,52 @@
+from rest_framework import serializers
+
+from runs.models import Attempt, Run
+
+
+class AttemptOut(serializers.Serializer):
+    generation = serializers.IntegerField()
+    workerId = serializers.CharField(source="worker_id")
+    startedAt = serializers.DateTimeField(source="started_at")
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    outcome = serializers.CharField(allow_null=True, help_text="null while in flight; 'unknown' when the lease expired")
+    httpStatus = serializers.IntegerField(source="http_status", allow_null=True)
+    errorClass = serializers.CharField(source="error_class", allow_blank=True)
+    error = serializers.CharField(allow_blank=True)
+    responseExcerpt = serializers.CharField(source="response_excerpt", allow_blank=True)
+    latencyMs = serializers.IntegerField(source="latency_ms", allow_null=True)
+    canceledInFlight = serializers.BooleanField(source="canceled_in_flight")
+    lateResult = serializers.JSONField(source="late_result", allow_null=True)
+
+
+class RunOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    scheduleId = serializers.UUIDField(source="schedule_id")
+    scheduleVersion = serializers.IntegerField(source="schedule_version")
+    scheduledTime = serializers.DateTimeField(source="scheduled_time")
+    localTime = serializers.CharField(source="occurrence.local_time")
+    note = serializers.CharField(source="occurrence.note", allow_blank=True)
+    kind = serializers.CharField()
+    state = serializers.CharField()
+    reason = serializers.CharField(allow_null=True)
+    generation = serializers.IntegerField()
+    attemptsUsed = serializers.IntegerField(source="attempts_used")
+    maxAttempts = serializers.IntegerField(source="max_attempts")
+    nextEligibleAt = serializers.DateTimeField(source="next_eligible_at", allow_null=True)
+    leaseUntil = serializers.DateTimeField(source="lease_until", allow_null=True)
+    leaseOwner = serializers.CharField(source="lease_owner", allow_null=True)
+    idempotencyKey = serializers.CharField(source="idempotency_key")
+    createdAt = serializers.DateTimeField(source="created_at")
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    lastError = serializers.CharField(source="last_error", allow_blank=True)
+    retriedBy = serializers.CharField(source="retried_by", allow_null=True)
+    retriedAt = serializers.DateTimeField(source="retried_at", allow_null=True)
+    attempts = AttemptOut(many=True, source="attempt_list")
+
+    def to_representation(self, run: Run):
+        if not hasattr(run, "attempt_list"):
+            run.attempt_list = list(Attempt.objects.filter(run_id=run.id).order_by("generation"))
+        data = super().to_representation(run)
+        data["reason"] = data["reason"] or None
+        data["leaseOwner"] = data["leaseOwner"] or None
+        data["retriedBy"] = data["retriedBy"] or None
+        return data

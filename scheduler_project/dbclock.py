@@ -1,0 +1,16 @@
+"""The database clock: leases, due times and misfire decisions use it, never a process's clock,
+so a worker or scanner with a skewed clock cannot stretch a lease or fire early."""
+
+from datetime import datetime, timezone
+
+from django.db import connection
+
+
+def db_now() -> datetime:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            # statement time, not transaction start: a long transaction must not see a stale now.
+            cur.execute("SELECT statement_timestamp()")
+            return cur.fetchone()[0]
+    # The embedded SQLite database lives on this machine, so its clock is this machine's.
+    return datetime.now(timezone.utc)

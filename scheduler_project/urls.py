@@ -1,0 +1,31 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from runs import api as runs_api
+from scheduler_project import health
+from schedules import api as schedules_api
+
+api_v1 = [
+    path("schedules", schedules_api.ScheduleListView.as_view(), name="api-schedules"),
+    path("schedules/<uuid:pk>", schedules_api.ScheduleDetailView.as_view(), name="api-schedules-detail"),
+    path("schedules/<uuid:pk>/trigger", schedules_api.ScheduleTriggerView.as_view(), name="api-schedules-trigger"),
+    path("schedules/<uuid:pk>/backfill", schedules_api.ScheduleBackfillView.as_view(), name="api-schedules-backfill"),
+    path("schedules/<uuid:pk>/occurrences", schedules_api.ScheduleOccurrencesView.as_view(), name="api-schedules-occurrences"),
+    path("runs/<uuid:pk>", runs_api.RunDetailView.as_view(), name="api-runs-detail"),
+    path("runs/<uuid:pk>/retry", runs_api.RunRetryView.as_view(), name="api-runs-retry"),
+    path("runs/<uuid:pk>/cancel", runs_api.RunCancelView.as_view(), name="api-runs-cancel"),
+]
+
+urlpatterns = [
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+]
+
+handler404 = "scheduler_project.api_errors.json_404"
+handler500 = "scheduler_project.api_errors.json_500"

@@ -1,0 +1,57 @@
+"""Bearer API keys: a key belongs to one tenant; it is stored only as its SHA-256 hash."""
+
+from datetime import timedelta
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions
+
+from schedules.models import ApiKey, hash_api_key
+
+
+class KeyPrincipal:
+    """request.user for API calls: the key and its tenant."""
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __init__(self, key: ApiKey):
+        self.key = key
+        self.tenant = key.tenant
+
+    def __str__(self):
+        return f"key:{self.key.prefix}"
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    # last_used_at is written at most this often per key, so reads do not become writes.
+    TOUCH_EVERY = timedelta(minutes=1)
+
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        scheme, _, raw = header.partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            raise exceptions.AuthenticationFailed("use 'Authorization: Bearer <api key>'")
+        try:
+            key = ApiKey.objects.select_related("tenant").get(key_hash=hash_api_key(raw.strip()))
+        except ApiKey.DoesNotExist:
+            raise exceptions.AuthenticationFailed("unknown API key")
+        if key.revoked_at is not None:
+            raise exceptions.AuthenticationFailed("this API key has been revoked")
+        now = timezone.now()
+        if key.last_used_at is None or now - key.last_used_at > self.TOUCH_EVERY:
+            ApiKey.objects.filter(id=key.id).update(last_used_at=now)
+            key.last_used_at = now
+        principal = KeyPrincipal(key)
+        return principal, key
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="api"'
+
+
+class IsTenantKey(permissions.BasePermission):
+    message = "an API key is required: 'Authorization: Bearer <api key>'"
+
+    def has_permission(self, request, view):
+        return isinstance(request.user, KeyPrincipal)

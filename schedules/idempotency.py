@@ -1,0 +1,60 @@
+"""Idempotency-Key on create and trigger: a repeated request gets the first response; the same
+key with a different body is refused with 422.
+
+The record is inserted in the same transaction as the work it guards, so two concurrent requests
+with one key cannot both do the work: the second blocks on the unique index until the first
+commits, then replays its answer."""
+
+import hashlib
+import json
+
+from django.db import IntegrityError, transaction
+from rest_framework.response import Response
+
+from schedules.models import IdempotencyRecord
+
+HEADER = "Idempotency-Key"
+
+
+def _fingerprint(data) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _replay(record: IdempotencyRecord, fingerprint: str) -> Response:
+    if record.request_hash != fingerprint:
+        return Response(
+            {"error": f"{HEADER} {record.key!r} was already used with a different request body; use a new key"},
+            status=422,
+        )
+    resp = Response(record.response, status=record.status_code)
+    resp["Idempotent-Replayed"] = "true"
+    return resp
+
+
+def idempotent(request, scope: str, handler) -> Response:
+    key = request.headers.get(HEADER, "").strip()
+    if not key:
+        return handler()
+    if len(key) > 200:
+        return Response({"errors": {HEADER: ["at most 200 characters"]}}, status=400)
+    tenant = request.user.tenant
+    fingerprint = _fingerprint(request.data)
+    existing = IdempotencyRecord.objects.filter(tenant=tenant, scope=scope, key=key).first()
+    if existing:
+        return _replay(existing, fingerprint)
+    try:
+        with transaction.atomic():
+            record = IdempotencyRecord.objects.create(
+                tenant=tenant, scope=scope, key=key, request_hash=fingerprint, status_code=0, response={}
+            )
+            response = handler()
+            if response.status_code >= 300:
+                # Errors are not remembered: the client may fix the request and retry with the key.
+                transaction.set_rollback(True)
+                return response
+            record.status_code = response.status_code
+            record.response = response.data
+            record.save(update_fields=["status_code", "response"])
+            return response
+    except IntegrityError:
+        return _replay(IdempotencyRecord.objects.get(tenant=tenant, scope=scope, key=key), fingerprint)

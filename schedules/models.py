@@ -1,0 +1,263 @@
+"""Tenants, what they may call, their keys, and schedules with immutable versions.
+
+A schedule row is the mutable head the scanner works from (`next_run_at`, `enabled`); each edit
+writes a new `ScheduleVersion` row that is never changed again, and every occurrence and run
+points at the version that made it.
+"""
+
+import hashlib
+import secrets
+import uuid
+import zlib
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+# Schedules are spread over this many stable buckets; `scan --shards N` takes buckets with
+# `bucket % N == I`. A fixed bucket count keeps the hash stable when N changes.
+SHARD_BUCKETS = 4096
+
+
+def shard_bucket(schedule_id: uuid.UUID) -> int:
+    return zlib.crc32(schedule_id.bytes) % SHARD_BUCKETS
+
+
+def new_signing_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+class Tenant(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    # HMAC secret for the X-Scheduler-Signature header on target calls and webhooks.
+    signing_secret = models.CharField(max_length=100, default=new_signing_secret)
+    notification_url = models.URLField(max_length=2000, blank=True, default="")
+    # None = no per-tenant cap on concurrently leased runs.
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self):
+        return self.slug
+
+    def allowed_prefixes(self) -> list[str]:
+        return [t.prefix for t in self.targets.all()]
+
+
+class TargetPrefix(models.Model):
+    """A URL prefix a tenant may call (operator-managed allowlist)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="targets")
+    prefix = models.CharField(max_length=2000)
+    # Per-target concurrency budget (runs in flight to this prefix's host); None = unlimited.
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "prefix"], name="target_prefix_unique_per_tenant")
+        ]
+        ordering = ["prefix"]
+
+    def __str__(self):
+        return self.prefix
+
+
+class TenantMembership(models.Model):
+    """A portal user who belongs to a tenant sees only that tenant's data."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="members")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique")]
+
+
+def hash_api_key(raw: str) -> str:
+    # API keys are 256-bit random tokens, so a fast hash is enough (no password stretching needed)
+    # and lets every request be authenticated with one indexed lookup.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiKey(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    label = models.CharField(max_length=200, blank=True, default="")
+    prefix = models.CharField(max_length=16)  # shown in lists so a key can be recognised
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.label or 'no label'})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class MisfirePolicy(models.TextChoices):
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    CATCH_UP = "catch_up"
+
+
+class OverlapPolicy(models.TextChoices):
+    ALLOW = "allow"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+
+
+class ScheduleStatus(models.TextChoices):
+    ACTIVE = "active"  # makes occurrences while enabled
+    COMPLETED = "completed"  # past endAt, or a one-time schedule that fired
+    ARCHIVED = "archived"  # deleted through the API: no new occurrences, history kept
+
+
+class Schedule(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="schedules")
+    name = models.CharField(max_length=200, blank=True, default="")
+    version = models.PositiveIntegerField(default=1)
+    current = models.ForeignKey(
+        "ScheduleVersion", on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    enabled = models.BooleanField(default=True)
+    status = models.CharField(max_length=16, choices=ScheduleStatus.choices, default=ScheduleStatus.ACTIVE)
+    # The next instant to materialise; None when nothing more will ever be due.
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    shard = models.PositiveSmallIntegerField(default=0)
+    # Where the rule is computed from: startAt, else creation, else the moment of the last resume.
+    anchor_at = models.DateTimeField()
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The scanner's due query: only active, enabled schedules with a next instant, by time,
+            # so a pass costs what is due, not how many schedules exist.
+            models.Index(
+                fields=["next_run_at"],
+                name="schedule_due_idx",
+                condition=Q(enabled=True, status="active", next_run_at__isnull=False),
+            ),
+            models.Index(fields=["tenant", "-created_at"], name="schedule_tenant_created_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "completed", "archived"]), name="schedule_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="schedule_version_positive"),
+            models.CheckConstraint(
+                condition=~Q(status="archived") | Q(archived_at__isnull=False),
+                name="schedule_archived_has_time",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name or str(self.id)
+
+
+class ScheduleVersion(models.Model):
+    """One immutable row per edit: what the schedule meant from that version on."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    name = models.CharField(max_length=200, blank=True, default="")
+    expression = models.CharField(max_length=2000)
+    time_zone = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    target_url = models.CharField(max_length=2000)
+    target_method = models.CharField(max_length=8, default="POST")
+    target_headers = models.JSONField(default=dict, blank=True)
+    target_timeout_seconds = models.PositiveIntegerField(default=30)
+    misfire_policy = models.CharField(max_length=16, choices=MisfirePolicy.choices, default=MisfirePolicy.RUN_ONCE)
+    catchup_limit = models.PositiveIntegerField(default=10)
+    misfire_grace_seconds = models.PositiveIntegerField(default=60)
+    overlap_policy = models.CharField(max_length=16, choices=OverlapPolicy.choices, default=OverlapPolicy.ALLOW)
+    max_attempts = models.PositiveIntegerField(default=5)
+    backoff_base_seconds = models.FloatField(default=1.0)
+    backoff_max_seconds = models.FloatField(default=300.0)
+    dst_skipped = models.CharField(max_length=16, default="next_valid")
+    dst_repeated = models.CharField(max_length=16, default="earlier")
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    # Which fields changed from the previous version, {field: [before, after]}.
+    changes = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["schedule", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["schedule", "version"], name="schedule_version_unique"),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="schedule_version_max_attempts_positive"),
+            models.CheckConstraint(
+                condition=Q(misfire_policy__in=["skip", "run_once", "catch_up"]), name="schedule_version_misfire_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(overlap_policy__in=["allow", "skip", "buffer_one"]), name="schedule_version_overlap_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(dst_skipped__in=["next_valid", "shift", "skip"])
+                & Q(dst_repeated__in=["earlier", "later", "both"]),
+                name="schedule_version_dst_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(end_at__isnull=True) | Q(start_at__isnull=True) | Q(end_at__gt=models.F("start_at")),
+                name="schedule_version_bounds_ordered",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.schedule_id} v{self.version}"
+
+
+class AuditEntry(models.Model):
+    """Who did what, when, from where, to which object: every API and portal change."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    actor = models.CharField(max_length=200)  # "key:<prefix>", "user:<username>", "system:<command>"
+    action = models.CharField(max_length=64)  # e.g. schedule.create, schedule.pause, run.retry
+    object_type = models.CharField(max_length=32)
+    object_id = models.CharField(max_length=64, db_index=True)
+    remote_addr = models.CharField(max_length=64, blank=True, default="")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-at"], name="audit_tenant_at_idx")]
+
+
+class IdempotencyRecord(models.Model):
+    """The first response to a request made with an Idempotency-Key, replayed on a retry."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    scope = models.CharField(max_length=200)  # e.g. "schedules.create", "schedules.trigger:<id>"
+    key = models.CharField(max_length=200)
+    request_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "scope", "key"], name="idempotency_unique_key"),
+        ]

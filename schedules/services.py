@@ -1,0 +1,226 @@
+"""Creating and changing schedules: the one place that validates a schedule's meaning and writes
+its rows. Changes that also touch runs (pause, edit, archive) are in `runs.schedule_actions`,
+which calls these.
+"""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+
+from scheduler_project.errors import PayloadTooLarge, ValidationFailed
+from schedules import timeexpr
+from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
+from schedules.targets import url_allowed
+
+# The versioned fields, in API order, with their defaults; a change to any of them makes a new
+# version (time.md "Editing").
+VERSIONED_DEFAULTS = {
+    "name": "",
+    "expression": None,
+    "time_zone": None,
+    "payload": {},
+    "target_url": None,
+    "target_method": "POST",
+    "target_headers": {},
+    "target_timeout_seconds": 30,
+    "misfire_policy": "run_once",
+    "catchup_limit": 10,
+    "misfire_grace_seconds": 60,
+    "overlap_policy": "allow",
+    "max_attempts": 5,
+    "backoff_base_seconds": 1.0,
+    "backoff_max_seconds": 300.0,
+    "dst_skipped": "next_valid",
+    "dst_repeated": "earlier",
+    "start_at": None,
+    "end_at": None,
+}
+TARGET_METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+# Headers the scheduler sets itself; a schedule may not override them.
+RESERVED_HEADER_PREFIXES = ("x-scheduler-", "idempotency-key", "content-length", "host", "content-type")
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made a change and from where, for the audit log and version history."""
+
+    name: str  # "key:ab12cd34", "user:alice", "system:scan"
+    remote_addr: str = ""
+
+    def __str__(self):
+        return self.name
+
+
+SYSTEM = Actor("system")
+
+
+def payload_size(payload) -> int:
+    return len(json.dumps(payload, separators=(",", ":")).encode())
+
+
+@lru_cache(maxsize=50_000)
+def _rule(expression, time_zone, anchor, dst_skipped, dst_repeated):
+    return timeexpr.parse(
+        expression, time_zone, anchor=anchor, dst_policy=timeexpr.DstPolicy(dst_skipped, dst_repeated)
+    )
+
+
+def rule_for(version: ScheduleVersion, anchor: datetime):
+    """The parsed rule of an (immutable) version; cached, since the scanner asks for it per
+    occurrence."""
+    return _rule(version.expression, version.time_zone, anchor, version.dst_skipped, version.dst_repeated)
+
+
+def anchor_for(fields: dict, created_at: datetime) -> datetime:
+    return fields.get("start_at") or created_at
+
+
+def validate_fields(tenant: Tenant, fields: dict, *, now: datetime) -> object:
+    """Check a full set of versioned fields; returns the parsed rule. Raises ValidationFailed with
+    every field error found, so a client can fix them all at once."""
+    errors: dict[str, list[str]] = {}
+
+    def err(field, message):
+        errors.setdefault(field, []).append(message)
+
+    if payload_size(fields["payload"]) > settings.SCHEDULER_MAX_PAYLOAD_BYTES:
+        raise PayloadTooLarge(
+            f"payload is {payload_size(fields['payload'])} bytes; the limit is "
+            f"{settings.SCHEDULER_MAX_PAYLOAD_BYTES} (SCHEDULER_MAX_PAYLOAD_BYTES)"
+        )
+    url = fields["target_url"] or ""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        err("target", "url must be an absolute http:// or https:// URL")
+    elif not url_allowed(url, tenant.allowed_prefixes()):
+        err(
+            "target",
+            f"{url} is not on this tenant's target allowlist; an operator can allow a prefix with "
+            f"`manage.py create_tenant {tenant.slug} --allow-target PREFIX`",
+        )
+    if fields["target_method"] not in TARGET_METHODS:
+        err("target", f"method must be one of {', '.join(TARGET_METHODS)}")
+    for name in fields["target_headers"] or {}:
+        if name.lower().startswith(RESERVED_HEADER_PREFIXES):
+            err("target", f"header {name!r} is set by the scheduler and cannot be overridden")
+    timeout_cap = max(1, settings.SCHEDULER_LEASE_SECONDS - 5)
+    if not 1 <= fields["target_timeout_seconds"] <= timeout_cap:
+        err("target", f"timeoutSeconds must be between 1 and {timeout_cap} (below the lease)")
+    if fields["backoff_base_seconds"] <= 0 or fields["backoff_max_seconds"] < fields["backoff_base_seconds"]:
+        err("retryPolicy", "backoffBaseSeconds must be > 0 and backoffMaxSeconds >= backoffBaseSeconds")
+    if not 1 <= fields["max_attempts"] <= 100:
+        err("retryPolicy", "maxAttempts must be between 1 and 100")
+    if fields["start_at"] and fields["end_at"] and fields["end_at"] <= fields["start_at"]:
+        err("endAt", "endAt must be after startAt")
+    rule = None
+    try:
+        timeexpr.DstPolicy.from_dict({"skipped": fields["dst_skipped"], "repeated": fields["dst_repeated"]})
+        rule = timeexpr.parse(
+            fields["expression"] or "",
+            fields["time_zone"] or "",
+            anchor=anchor_for(fields, now),
+            dst_policy=timeexpr.DstPolicy(fields["dst_skipped"], fields["dst_repeated"]),
+        )
+    except timeexpr.ExpressionError as e:
+        err(e.field, str(e))
+    if errors:
+        raise ValidationFailed(errors)
+    return rule
+
+
+def first_run_at(rule, fields: dict, *, after: datetime):
+    """The first occurrence instant at or after `after` (and startAt), or None when the rule will
+    never fire again within its bounds."""
+    start = fields.get("start_at")
+    frm = max(after, start - timedelta(microseconds=1)) if start else after
+    occ = rule.next_after(frm)
+    if occ is None:
+        return None
+    end = fields.get("end_at")
+    if end and occ.at >= end:
+        return None
+    return occ.at
+
+
+def _new_version(schedule: Schedule, number: int, fields: dict, by: Actor, changes: dict) -> ScheduleVersion:
+    return ScheduleVersion.objects.create(
+        schedule=schedule, version=number, created_by=by.name, changes=changes, **fields
+    )
+
+
+def version_fields(version: ScheduleVersion) -> dict:
+    return {name: getattr(version, name) for name in VERSIONED_DEFAULTS}
+
+
+def audit(action: str, *, by: Actor, obj_type: str, obj_id, tenant=None, tenant_id=None, before=None, after=None) -> None:
+    AuditEntry.objects.create(
+        tenant_id=tenant.id if tenant else tenant_id,
+        actor=by.name,
+        action=action,
+        object_type=obj_type,
+        object_id=str(obj_id),
+        remote_addr=by.remote_addr or "",
+        before=before,
+        after=after,
+    )
+
+
+def jsonable(fields: dict) -> dict:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
+
+
+@transaction.atomic
+def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime) -> Schedule:
+    """Validate and store a new schedule at version 1 with its first due instant."""
+    fields = {**VERSIONED_DEFAULTS, **given}
+    rule = validate_fields(tenant, fields, now=now)
+    next_at = first_run_at(rule, fields, after=now)
+    if next_at is None and rule.kind != "at":
+        raise ValidationFailed({"expression": ["this rule never fires within startAt/endAt"]})
+    schedule = Schedule(tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now))
+    schedule.shard = shard_bucket(schedule.id)
+    if next_at is None:
+        # A one-time at() in the past: nothing will ever fire; say so instead of storing a dead rule.
+        raise ValidationFailed({"expression": ["this at() time is already past"]})
+    schedule.next_run_at = next_at
+    schedule.save()
+    version = _new_version(schedule, 1, fields, by, changes={})
+    schedule.current = version
+    schedule.save(update_fields=["current"])
+    audit("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant, after=jsonable(fields))
+    return schedule
+
+
+def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: datetime) -> ScheduleVersion:
+    """Append version N+1 with `changed` applied to the current fields; the caller holds the
+    schedule row lock and has checked expectedVersion."""
+    before = version_fields(schedule.current)
+    fields = {**before, **changed}
+    rule = validate_fields(schedule.tenant, fields, now=now)
+    diff = {k: [jsonable({k: before[k]})[k], jsonable({k: fields[k]})[k]] for k in changed if before[k] != fields[k]}
+    version = _new_version(schedule, schedule.version + 1, fields, by, changes=diff)
+    schedule.version = version.version
+    schedule.current = version
+    schedule.name = fields["name"]
+    schedule.anchor_at = anchor_for(fields, schedule.created_at)
+    # The rule may have changed its anchor (startAt): recompute the rule against it.
+    rule = rule_for(version, schedule.anchor_at)
+    schedule.next_run_at = first_run_at(rule, fields, after=now) if schedule.enabled else None
+    if schedule.status == ScheduleStatus.COMPLETED and schedule.next_run_at is not None:
+        schedule.status, schedule.completed_at = ScheduleStatus.ACTIVE, None
+    schedule.save()
+    audit(
+        "schedule.edit",
+        by=by,
+        obj_type="schedule",
+        obj_id=schedule.id,
+        tenant=schedule.tenant,
+        before=jsonable(before),
+        after=jsonable(fields),
+    )
+    return version

@@ -1,0 +1,109 @@
+"""Personas and a local HTTP target shared by the suite. Tests run on real PostgreSQL."""
+
+import json
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from rest_framework.test import APIClient
+
+from schedules.services import Actor
+from schedules.tenants import create_api_key, create_tenant
+
+
+class Target:
+    """A target on 127.0.0.1 that records every delivery and answers what the test says."""
+
+    def __init__(self):
+        self.deliveries = []
+        self.lock = threading.Lock()
+        self.status = 200
+        self.delay = 0.0
+        self.body = b'{"ok": true}'
+        self.responder = None  # callable(delivery) -> (status, body) overriding status/body
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                delivery = {"method": self.command, "path": self.path, "headers": dict(self.headers), "body": raw,
+                            "at": datetime.now(timezone.utc)}
+                with target.lock:
+                    target.deliveries.append(delivery)
+                if target.delay:
+                    threading.Event().wait(target.delay)
+                status, body = target.responder(delivery) if target.responder else (target.status, target.body)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_PUT = do_GET = do_PATCH = do_DELETE = _handle
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def json_bodies(self):
+        return [json.loads(d["body"] or b"null") for d in self.deliveries]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def target():
+    t = Target()
+    yield t
+    t.close()
+
+
+@pytest.fixture(autouse=True)
+def _allow_loopback_targets(settings):
+    # Targets in tests live on 127.0.0.1, which production refuses unless an operator allows it.
+    settings.SCHEDULER_TARGET_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+
+
+@pytest.fixture
+def tenant(db, target):
+    return create_tenant("acme", name="Acme", allow_targets=[target.url + "/"])
+
+
+@pytest.fixture
+def other_tenant(db, target):
+    return create_tenant("globex", name="Globex", allow_targets=[target.url + "/"])
+
+
+def api_client_for(tenant) -> APIClient:
+    _, raw = create_api_key(tenant, label="tests")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client.raw_key = raw
+    return client
+
+
+@pytest.fixture
+def api(tenant):
+    return api_client_for(tenant)
+
+
+@pytest.fixture
+def other_api(other_tenant):
+    return api_client_for(other_tenant)
+
+
+@pytest.fixture
+def actor():
+    return Actor("user:tests")
