@@ -59,7 +59,9 @@ def render_tables() -> str:
         out.append("")
         out.append(_rows(daily, day_start, day_start + timedelta(days=3)))
         out.append("")
-        hourly = parse(f"{int(m)} * * * *", zone, anchor=ANCHOR)
+        # Minute 45 on Lord Howe shows both wall times of a 30-minute shift really happening.
+        hourly_m = 45 if zone == "Australia/Lord_Howe" else int(m)
+        hourly = parse(f"{hourly_m} * * * *", zone, anchor=ANCHOR)
         out.append(f"Hourly (sub-daily) cron `{hourly.expression}`, three real hours either side:")
         out.append("")
         out.append(_rows(hourly, t - timedelta(hours=3), t + timedelta(hours=3)))
