@@ -6,10 +6,9 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from rest_framework.test import APIClient
 
-from schedules.services import Actor
-from schedules.tenants import create_api_key, create_tenant
+# Django-dependent imports stay inside the fixtures so the pure suites (tests/timeexpr,
+# tests/safehttp) also run with `-p no:django`.
 
 
 class Target:
@@ -78,15 +77,23 @@ def _allow_loopback_targets(settings):
 
 @pytest.fixture
 def tenant(db, target):
+    from schedules.tenants import create_tenant
+
     return create_tenant("acme", name="Acme", allow_targets=[target.url + "/"])
 
 
 @pytest.fixture
 def other_tenant(db, target):
+    from schedules.tenants import create_tenant
+
     return create_tenant("globex", name="Globex", allow_targets=[target.url + "/"])
 
 
-def api_client_for(tenant) -> APIClient:
+def api_client_for(tenant):
+    from rest_framework.test import APIClient
+
+    from schedules.tenants import create_api_key
+
     _, raw = create_api_key(tenant, label="tests")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
@@ -106,4 +113,6 @@ def other_api(other_tenant):
 
 @pytest.fixture
 def actor():
+    from schedules.services import Actor
+
     return Actor("user:tests")
