@@ -41,6 +41,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves the portal's, the admin's and the API docs' assets from the process itself, so a
+    # gunicorn-only deployment needs no separate static server (no CDN either).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -110,7 +113,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(VAR_DIR / "static"))
+Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise looks there even before collectstatic
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").exists() else []
+# Without `collectstatic`, serve straight from the apps' static folders (the quickstart); with
+# it (production), set WHITENOISE_USE_FINDERS=false and serve the collected, compressed files.
+WHITENOISE_USE_FINDERS = env.bool("WHITENOISE_USE_FINDERS", default=True)
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
