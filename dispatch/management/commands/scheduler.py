@@ -5,6 +5,7 @@ from django.db import connection
 
 from dispatch.loops import LoopCommand, drain, reconcile_step, run_loop, scan_step
 from dispatch.management.commands.work import default_worker_id
+from dispatch.relay import relay_step
 from dispatch.worker import run_worker
 
 
@@ -23,6 +24,7 @@ def loop_threads(stop: threading.Event) -> list[threading.Thread]:
     threads = [
         loop(scan_step, settings.SCHEDULER_POLL_SECONDS, "scan"),
         loop(reconcile_step, settings.SCHEDULER_RECONCILE_SECONDS, "reconcile"),
+        loop(relay_step, settings.SCHEDULER_POLL_SECONDS, "relay"),
     ]
     return threads
 
