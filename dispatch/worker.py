@@ -30,6 +30,13 @@ from schedules.models import ScheduleVersion, Tenant
 
 log = logging.getLogger("scheduler.worker")
 
+# Errors after the request may have reached the target: the call timed out or the connection
+# dropped before an answer. The target may have acted, so the attempt's outcome is `unknown`
+# (retried like a failure, but shown as unknown). A refused connection never reached it.
+UNKNOWN_AFTER_SEND = frozenset(
+    {"TimeoutError", "ServerDisconnectedError", "ClientOSError", "ClientPayloadError", "ServerTimeoutError"}
+)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -158,10 +165,13 @@ class Worker:
             timeout=target.timeout,
             allowed_prefixes=auth.prefixes,
         )
+        outcome = res.outcome
+        if outcome == "failed" and res.status is None and res.error_class in UNKNOWN_AFTER_SEND:
+            outcome = "unknown"
         self.results.append(
             Result(
                 claimed=c,
-                outcome=res.outcome,
+                outcome=outcome,
                 retryable=res.retryable,
                 http_status=res.status,
                 error_class=res.error_class or "",

@@ -16,8 +16,20 @@ from datetime import datetime, timedelta, timezone
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, CharField, DateTimeField, F, Q, TextField, Value, When
-from django.db.models.functions import Mod
+from django.db.models import (
+    Case,
+    CharField,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Q,
+    TextField,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Mod, RowNumber
 
 from runs.models import (
     TERMINAL_STATES,
@@ -97,15 +109,28 @@ def plan_schedule(schedule: Schedule, version: ScheduleVersion, now: datetime, h
     """Decide what each due occurrence of one schedule becomes.
 
     Returns (planned, next_run_at, completed). Steps, in this order because each depends on the
-    one before: collect the occurrences up to now (plus the horizon); split off the missed ones
-    (older than the misfire grace) and apply the misfire policy to them; apply the DST policy's
-    drops; apply the overlap policy to what is left to run."""
+    one before:
+
+    1. Collect the occurrences from next_run_at up to now (plus the horizon for schedules that
+       allow overlap), stopping at endAt or when the rule has no more (completed).
+    2. Split off the missed ones (older than the misfire grace) and keep the latest 0 / 1 /
+       catchupLimit of them by policy. A pass cut short by MAX_OCCURRENCES_PER_PASS looks ahead
+       so that what it keeps is the latest of the whole outage, not of its own chunk.
+    3. Occurrences dropped by the DST policy become skipped runs (reason dst).
+    4. The overlap policy decides among what is left to run; a run made earlier in this pass
+       counts as running for the ones after it, so a catch-up never overlaps itself.
+
+    Occurrences that are due but not missed (within the grace) always run, whatever the misfire
+    policy: run_once after an outage gives the latest missed occurrence plus any on-time one.
+    """
     rule = rule_for(version, schedule.anchor_at)
     # Overlap needs to see the earlier run's state when the occurrence is due, so only schedules
     # that allow overlap are materialised ahead of time.
     limit = now + (horizon if version.overlap_policy == "allow" else timedelta(0))
-    due, next_at, completed = [], None, False
-    for occ in rule.iter_after(schedule.next_run_at - ONE_US):
+    grace_cut = now - timedelta(seconds=version.misfire_grace_seconds)
+    due, next_at, completed, truncated = [], None, False, False
+    occurrences = rule.iter_after(schedule.next_run_at - ONE_US)
+    for occ in occurrences:
         if version.end_at and occ.at >= version.end_at:
             completed = True
             break
@@ -114,19 +139,27 @@ def plan_schedule(schedule: Schedule, version: ScheduleVersion, now: datetime, h
             break
         due.append(occ)
         if len(due) >= MAX_OCCURRENCES_PER_PASS:
-            next_at = occ.at + ONE_US
+            next_at, truncated = occ.at + ONE_US, True
             break
     else:
         completed = True  # the rule has no more occurrences (a fired at(), an exhausted RRULE)
 
-    grace_cut = now - timedelta(seconds=version.misfire_grace_seconds)
     missed = [o for o in due if o.at < grace_cut and not o.dropped]
     keep_missed = {
         "skip": 0,
         "run_once": 1,
         "catch_up": version.catchup_limit,
     }[version.misfire_policy]
-    run_missed = set(id(o) for o in missed[len(missed) - keep_missed :]) if keep_missed else set()
+    if truncated and keep_missed and missed and missed[-1] is due[-1]:
+        # The outage goes on past this chunk; the next pass will keep the latest of what is left,
+        # so this one keeps only what that remainder cannot supply. At most keep_missed steps.
+        later = 0
+        for occ in occurrences:
+            if later >= keep_missed or occ.at >= grace_cut or (version.end_at and occ.at >= version.end_at):
+                break
+            later += 0 if occ.dropped else 1
+        keep_missed -= later
+    run_missed = set(id(o) for o in missed[len(missed) - keep_missed :]) if keep_missed > 0 else set()
 
     busy, buffered = active.get(schedule.id, (False, False))
     planned = []
@@ -360,7 +393,7 @@ class Result:
     """What one attempt's call produced, as the worker reports it."""
 
     claimed: Claimed
-    outcome: str  # succeeded | failed
+    outcome: str  # succeeded | failed | unknown (no answer after the request went out)
     retryable: bool = False
     http_status: int | None = None
     error_class: str = ""
@@ -479,18 +512,33 @@ def _apply_run_updates(updates, now) -> None:
 
 
 def release_buffered(schedule_ids, now) -> int:
-    """Overlap buffer_one: the earlier run ended, so the buffered run may start now."""
+    """Overlap buffer_one: a schedule's earlier run ended, so its buffered run may start now.
+
+    A schedule is still busy while any other run of it is leased or ready (about to start, or
+    waiting to retry); its buffered run then waits on. Rows another transaction holds are left
+    for the next call (the reconciler sweeps every pass), so this never waits on a lock. The
+    released run's eligibility is now, which is also where its misfire grace starts."""
+    schedule_ids = set(schedule_ids)
     busy = set(
-        Run.objects.filter(schedule_id__in=schedule_ids, state=RunState.LEASED).values_list("schedule_id", flat=True)
-    ) | set(
-        Run.objects.filter(schedule_id__in=schedule_ids, state=RunState.READY, generation__gt=0).values_list("schedule_id", flat=True)
+        Run.objects.filter(schedule_id__in=schedule_ids, state__in=[RunState.LEASED, RunState.READY])
+        .exclude(reason=Reason.BUFFERED)
+        .values_list("schedule_id", flat=True)
     )
-    free = set(schedule_ids) - busy
+    free = schedule_ids - busy
     if not free:
         return 0
-    return Run.objects.filter(schedule_id__in=free, state=RunState.READY, reason=Reason.BUFFERED).update(
-        next_eligible_at=now, reason=""
+    rows = list(
+        Run.objects.filter(schedule_id__in=free, state=RunState.READY, reason=Reason.BUFFERED)
+        .select_for_update(skip_locked=True)
+        .values_list("id", "tenant_id")
     )
+    if not rows:
+        return 0
+    Run.objects.filter(id__in=[r[0] for r in rows]).update(next_eligible_at=now, reason="")
+    OutboxEvent.objects.bulk_create(
+        [event(rid, tid, "run.unbuffered", state="ready", nextEligibleAt=_iso(now)) for rid, tid in rows]
+    )
+    return len(rows)
 
 
 def release_unstarted(claims: list[Claimed]) -> int:
@@ -564,34 +612,62 @@ def expire_leases(*, batch: int = 500) -> int:
 def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
     """Misfire for occurrences that were materialised but never claimed within their grace (all
     workers down, a long backlog): the schedule's misfire policy decides which still run, the
-    rest become `skipped` with reason misfire. Returns how many were skipped."""
+    rest become `skipped` with reason misfire. Returns how many were skipped.
+
+    Steps:
+    1. Release buffered runs whose earlier run ended without releasing them (an operator cancel,
+       a misfire skip, or a scanner that buffered a run while the earlier one was completing):
+       nothing else would ever wake them.
+    2. Rank each schedule's missed runs (ready, never attempted, eligible longer ago than the
+       grace) newest first, and pick those ranked past what the policy keeps (0, 1 or
+       catchupLimit). Ranking over the whole missed set, not over a locked batch, means a pass
+       never skips a run that should be kept and always makes progress however many are kept.
+       PostgreSQL refuses FOR UPDATE beside a window function, hence the separate lock step.
+    3. Lock the picked runs (SKIP LOCKED, re-checking they are still unclaimed) and skip them.
+       Between 2 and 3 the set can only gain newer runs or lose ones a worker claimed; either
+       way a picked run is still not among the latest to keep, or has been claimed and is left.
+    """
     with transaction.atomic():
         now = db_now()
-        runs = list(
+        buffered = set(
+            Run.objects.filter(state=RunState.READY, reason=Reason.BUFFERED).values_list("schedule_id", flat=True)
+        )
+        if buffered:
+            release_buffered(buffered, now)
+        grace = ExpressionWrapper(
+            F("version__misfire_grace_seconds") * Value(timedelta(seconds=1)), output_field=DurationField()
+        )
+        picked = list(
             Run.objects.filter(
                 state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
             )
+            .alias(grace_over=ExpressionWrapper(F("next_eligible_at") + grace, output_field=DateTimeField()))
+            .filter(grace_over__lt=now)
+            .annotate(
+                newer=Window(RowNumber(), partition_by=[F("schedule_id")], order_by=[F("scheduled_time").desc(), F("id").desc()]),
+                keep=Case(
+                    When(version__misfire_policy="skip", then=Value(0)),
+                    When(version__misfire_policy="run_once", then=Value(1)),
+                    default=F("version__catchup_limit"),
+                ),
+            )
+            .filter(newer__gt=F("keep"))
             .order_by("next_eligible_at")
-            .select_for_update(skip_locked=True, of=("self",))
-            .select_related("version")
-            .only("id", "tenant_id", "schedule_id", "scheduled_time", "version__misfire_policy",
-                  "version__misfire_grace_seconds", "version__catchup_limit")[:batch]
+            .values_list("id", flat=True)[:batch]
         )
-        by_schedule: dict = {}
-        for r in runs:
-            if r.scheduled_time < now - timedelta(seconds=r.version.misfire_grace_seconds):
-                by_schedule.setdefault(r.schedule_id, []).append(r)
-        doomed = []
-        for missed in by_schedule.values():
-            v = missed[0].version
-            keep = {"skip": 0, "run_once": 1, "catch_up": v.catchup_limit}[v.misfire_policy]
-            doomed.extend(missed[: len(missed) - keep] if keep else missed)
+        if not picked:
+            return 0
+        doomed = list(
+            Run.objects.filter(id__in=picked, state=RunState.READY, generation=0, reason="")
+            .select_for_update(skip_locked=True)
+            .values_list("id", "tenant_id")
+        )
         if not doomed:
             return 0
-        Run.objects.filter(id__in=[r.id for r in doomed]).update(
+        Run.objects.filter(id__in=[r[0] for r in doomed]).update(
             state=RunState.SKIPPED, reason=Reason.MISFIRE, next_eligible_at=None, finished_at=now
         )
         OutboxEvent.objects.bulk_create(
-            [event(r.id, r.tenant_id, "run.skipped", state="skipped", reason="misfire") for r in doomed]
+            [event(rid, tid, "run.skipped", state="skipped", reason="misfire") for rid, tid in doomed]
         )
     return len(doomed)
