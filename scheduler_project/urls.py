@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -12,9 +13,15 @@ api_v1 = [
     path("schedules/<uuid:pk>/trigger", schedules_api.ScheduleTriggerView.as_view(), name="api-schedules-trigger"),
     path("schedules/<uuid:pk>/backfill", schedules_api.ScheduleBackfillView.as_view(), name="api-schedules-backfill"),
     path("schedules/<uuid:pk>/occurrences", schedules_api.ScheduleOccurrencesView.as_view(), name="api-schedules-occurrences"),
+    path("expressions/preview", schedules_api.ExpressionPreviewView.as_view(), name="api-expressions-preview"),
+    path("runs", runs_api.RunListView.as_view(), name="api-runs"),
     path("runs/<uuid:pk>", runs_api.RunDetailView.as_view(), name="api-runs-detail"),
     path("runs/<uuid:pk>/retry", runs_api.RunRetryView.as_view(), name="api-runs-retry"),
     path("runs/<uuid:pk>/cancel", runs_api.RunCancelView.as_view(), name="api-runs-cancel"),
+    path("keys", schedules_api.ApiKeyListView.as_view(), name="api-keys"),
+    path("keys/<uuid:pk>", schedules_api.ApiKeyDetailView.as_view(), name="api-keys-detail"),
+    path("keys/<uuid:pk>/revoke", schedules_api.ApiKeyRevokeView.as_view(), name="api-keys-revoke"),
+    path("audit", schedules_api.AuditListView.as_view(), name="api-audit"),
 ]
 
 urlpatterns = [
@@ -25,7 +32,16 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("scheduler_project.portal_urls")),
 ]
 
+# The Swagger UI assets come from drf-spectacular-sidecar under STATIC_URL. With DEBUG this serves
+# them from the app directories (so /api/docs/ works under gunicorn too); without DEBUG it adds
+# nothing, and production serves `collectstatic` output from STATIC_ROOT (see docs/api.md).
+urlpatterns += staticfiles_urlpatterns()
+
+# Django-level errors (outside DRF) on /api/ paths answer JSON too.
+handler400 = "scheduler_project.api_errors.json_400"
+handler403 = "scheduler_project.api_errors.json_403"
 handler404 = "scheduler_project.api_errors.json_404"
 handler500 = "scheduler_project.api_errors.json_500"

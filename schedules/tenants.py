@@ -63,3 +63,35 @@ def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
     key.refresh_from_db()
     audit("apikey.revoke", by=by, obj_type="apikey", obj_id=key.id, tenant_id=key.tenant_id, after={"prefix": key.prefix})
     return key
+
+
+def set_notification_url(tenant: Tenant, url: str, *, by: Actor) -> Tenant:
+    """Where the tenant's run notifications (webhooks) go; empty turns them off. Operator-managed,
+    like the target allowlist: the scheduler itself calls this URL."""
+    from schedules.targets import url_allowed
+
+    url = (url or "").strip()
+    if url and not url_allowed(url, [url]):
+        raise ValidationFailed({"notification_url": [f"{url!r} is not an absolute http(s) URL without user info"]})
+    before = tenant.notification_url
+    if before == url:
+        return tenant
+    tenant.notification_url = url
+    tenant.save(update_fields=["notification_url"])
+    audit("tenant.set_notification_url", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+          before={"notification_url": before}, after={"notification_url": url})
+    return tenant
+
+
+def set_max_in_flight(tenant: Tenant, limit: int | None, *, by: Actor) -> Tenant:
+    """The per-tenant cap on concurrently leased runs; None removes it."""
+    if limit is not None and limit < 1:
+        raise ValidationFailed({"max_in_flight": ["must be at least 1, or empty for no limit"]})
+    before = tenant.max_in_flight
+    if before == limit:
+        return tenant
+    tenant.max_in_flight = limit
+    tenant.save(update_fields=["max_in_flight"])
+    audit("tenant.set_max_in_flight", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+          before={"max_in_flight": before}, after={"max_in_flight": limit})
+    return tenant

@@ -1,0 +1,351 @@
+"""The operator figures: one module that the portal dashboard and the metrics endpoint both read.
+
+Plain query functions returning dataclasses and dicts: no HTML, no request. Every function takes
+`tenant_ids` (None = all tenants) so a tenant user's dashboard is the same code, scoped.
+
+They must stay cheap on a runs table of hundreds of millions of rows, so each one keeps to:
+- the partial queue indexes (`run_ready_idx`, `run_leased_idx`, `run_dead_idx`), whose size is
+  the live work and the dead-letter queue, not the history;
+- `run_tenant_time_idx` over a bounded scheduled_time window, with an explicit tenant list so the
+  planner can descend the index once per tenant;
+- a bounded tail of the attempts table by primary key (`recent_attempt_floor`): attempt ids grow
+  with time, so "the last N attempts" is a backward primary-key range scan of N rows whatever
+  the table's size. Windowed attempt figures are exact while the window holds fewer than N
+  attempts and say `capped` otherwise.
+The cost of each query is noted next to it.
+
+Percentiles are computed in Python over the bounded sample so the module works on the embedded
+SQLite database as well as PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max, Min, Q
+
+from runs.models import Attempt, AttemptOutcome, Run, RunKind, RunState
+from scheduler_project.dbclock import db_now
+from schedules.models import Tenant
+
+# How many of the newest attempts the windowed attempt figures look at, at most.
+ATTEMPT_SAMPLE = 50_000
+LAG_WINDOW = timedelta(minutes=15)
+LAG_NOW_WINDOW = timedelta(minutes=1)
+RECENT = timedelta(hours=1)
+UNKNOWN_WINDOW = timedelta(hours=24)
+FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
+
+
+def _tenant_list(tenant_ids):
+    # An explicit tenant list lets PostgreSQL use (tenant, time) indexes as one range per tenant.
+    # Cost: the tenants table is small (one row per customer).
+    return list(tenant_ids) if tenant_ids is not None else list(Tenant.objects.values_list("id", flat=True))
+
+
+def _runs(tenant_ids):
+    qs = Run.objects.all()
+    return qs if tenant_ids is None else qs.filter(tenant_id__in=list(tenant_ids))
+
+
+def recent_attempt_floor(limit: int = ATTEMPT_SAMPLE) -> int:
+    """The id of the limit-th newest attempt (0 when there are fewer). Cost: backward scan of
+    `limit` entries of the attempts primary key."""
+    row = Attempt.objects.order_by("-id").values_list("id", flat=True)[limit - 1 : limit]
+    return row[0] if row else 0
+
+
+def _recent_attempts(tenant_ids, floor: int):
+    qs = Attempt.objects.filter(id__gte=floor)
+    return qs if tenant_ids is None else qs.filter(run__tenant_id__in=list(tenant_ids))
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+@dataclass
+class Lag:
+    now_seconds: float | None  # median lag of first attempts started in the last minute
+    p50_seconds: float | None
+    p99_seconds: float | None
+    sample: int
+    window_seconds: int
+
+
+def scheduled_to_start_lag(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> Lag:
+    """Lag from scheduled time to first start, over first attempts started in the last 15 minutes.
+    Backfills are left out: their scheduled times are in the past on purpose.
+    Cost: the bounded attempts tail joined to runs by primary key."""
+    now = now or db_now()
+    floor = recent_attempt_floor() if floor is None else floor
+    rows = (
+        _recent_attempts(tenant_ids, floor)
+        .filter(generation=1, started_at__gte=now - LAG_WINDOW)
+        .exclude(run__kind=RunKind.BACKFILL)
+        .values_list("started_at", "run__scheduled_time")
+    )
+    lags, recent = [], []
+    for started, scheduled in rows:
+        lag = max(0.0, (started - scheduled).total_seconds())
+        lags.append(lag)
+        if started >= now - LAG_NOW_WINDOW:
+            recent.append(lag)
+    lags.sort()
+    recent.sort()
+    return Lag(
+        now_seconds=percentile(recent, 0.5),
+        p50_seconds=percentile(lags, 0.5),
+        p99_seconds=percentile(lags, 0.99),
+        sample=len(lags),
+        window_seconds=int(LAG_WINDOW.total_seconds()),
+    )
+
+
+@dataclass
+class Overdue:
+    count: int
+    oldest_run_id: str | None = None
+    oldest_schedule_id: str | None = None
+    oldest_schedule_name: str = ""
+    oldest_tenant: str = ""
+    oldest_eligible_at: datetime | None = None
+    oldest_scheduled_time: datetime | None = None
+    age_seconds: float | None = None
+
+
+def overdue(*, tenant_ids=None, now: datetime | None = None) -> Overdue:
+    """Ready runs whose eligibility time has passed but no worker has claimed: the backlog.
+    Cost: `run_ready_idx` range up to now (the due backlog); the oldest is its first entry."""
+    now = now or db_now()
+    due = _runs(tenant_ids).filter(state=RunState.READY, next_eligible_at__lte=now)
+    count = due.count()
+    if not count:
+        return Overdue(count=0)
+    oldest = (
+        due.order_by("next_eligible_at")
+        .select_related("schedule", "tenant")
+        .only("id", "schedule__id", "schedule__name", "tenant__slug", "next_eligible_at", "scheduled_time")
+        .first()
+    )
+    if oldest is None:  # claimed between the two queries
+        return Overdue(count=0)
+    return Overdue(
+        count=count,
+        oldest_run_id=str(oldest.id),
+        oldest_schedule_id=str(oldest.schedule_id),
+        oldest_schedule_name=oldest.schedule.name,
+        oldest_tenant=oldest.tenant.slug,
+        oldest_eligible_at=oldest.next_eligible_at,
+        oldest_scheduled_time=oldest.scheduled_time,
+        age_seconds=max(0.0, (now - oldest.next_eligible_at).total_seconds()),
+    )
+
+
+@dataclass
+class StateCounts:
+    live: dict  # ready/leased/dead: exact totals
+    recent: dict  # every state, runs scheduled in the last hour
+    recent_window_seconds: int
+
+
+def runs_by_state(*, tenant_ids=None, now: datetime | None = None) -> StateCounts:
+    """Exact totals for the states that are work (ready, leased) or need a person (dead), and a
+    breakdown of every state over the last hour. A total over the whole history by state would be
+    a full-table scan; it is never asked.
+    Cost: three partial-index counts; one `run_tenant_time_idx` range per tenant over one hour."""
+    now = now or db_now()
+    runs = _runs(tenant_ids)
+    live = {s: runs.filter(state=s).count() for s in (RunState.READY, RunState.LEASED, RunState.DEAD)}
+    recent_rows = (
+        Run.objects.filter(tenant_id__in=_tenant_list(tenant_ids), scheduled_time__gt=now - RECENT,
+                           scheduled_time__lte=now)
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    recent = {s.value: 0 for s in RunState}
+    recent.update({state: n for state, n in recent_rows})
+    return StateCounts(live={k.value if hasattr(k, "value") else k: v for k, v in live.items()}, recent=recent,
+                       recent_window_seconds=int(RECENT.total_seconds()))
+
+
+@dataclass
+class DeadLetter:
+    size: int
+    last_hour: int
+    hour_before: int
+
+    @property
+    def growth(self) -> int:
+        return self.last_hour - self.hour_before
+
+
+def dead_letter(*, tenant_ids=None, now: datetime | None = None) -> DeadLetter:
+    """Cost: `run_dead_idx` (tenant, finished_at) only: the size is an index-only count of the
+    dead-letter queue; the two hour buckets are ranges on its second column, per tenant."""
+    now = now or db_now()
+    dead = Run.objects.filter(state=RunState.DEAD, tenant_id__in=_tenant_list(tenant_ids))
+    agg = dead.aggregate(
+        size=Count("id"),
+        last_hour=Count("id", filter=Q(finished_at__gt=now - RECENT)),
+        hour_before=Count("id", filter=Q(finished_at__gt=now - 2 * RECENT, finished_at__lte=now - RECENT)),
+    )
+    return DeadLetter(**agg)
+
+
+@dataclass
+class AttemptFigures:
+    lease_expirations_last_hour: int
+    unknown_last_day: int
+    capped: bool  # the bounded sample did not reach back over the whole day
+
+
+def attempt_figures(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> AttemptFigures:
+    """Lease expirations (the reconciler marks those attempts unknown with LeaseExpired) in the
+    last hour, and every unknown outcome in the last day: attempts whose target may or may not
+    have acted. Cost: the bounded attempts tail."""
+    now = now or db_now()
+    floor = recent_attempt_floor() if floor is None else floor
+    tail = _recent_attempts(tenant_ids, floor).filter(outcome=AttemptOutcome.UNKNOWN)
+    agg = tail.aggregate(
+        lease=Count("id", filter=Q(error_class="LeaseExpired", finished_at__gt=now - RECENT)),
+        unknown=Count("id", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
+    )
+    oldest_in_sample = Attempt.objects.filter(id=floor).values_list("started_at", flat=True).first() if floor else None
+    capped = bool(oldest_in_sample and oldest_in_sample > now - UNKNOWN_WINDOW)
+    return AttemptFigures(lease_expirations_last_hour=agg["lease"], unknown_last_day=agg["unknown"], capped=capped)
+
+
+@dataclass
+class TenantLoad:
+    tenant_id: str
+    slug: str
+    in_flight: int
+    backlog: int
+    max_in_flight: int | None
+
+
+def per_tenant(*, tenant_ids=None, now: datetime | None = None) -> list[TenantLoad]:
+    """Leased (in flight) and ready-and-due (backlog) runs per tenant, busiest first; only tenants
+    with either. Cost: `run_leased_idx` and `run_ready_idx`, grouped by tenant."""
+    now = now or db_now()
+    runs = _runs(tenant_ids)
+    leased = dict(runs.filter(state=RunState.LEASED).values_list("tenant_id").annotate(n=Count("id")).order_by())
+    backlog = dict(
+        runs.filter(state=RunState.READY, next_eligible_at__lte=now).values_list("tenant_id").annotate(n=Count("id")).order_by()
+    )
+    ids = set(leased) | set(backlog)
+    tenants = {t.id: t for t in Tenant.objects.filter(id__in=ids).only("id", "slug", "max_in_flight")}
+    out = [
+        TenantLoad(str(tid), tenants[tid].slug, leased.get(tid, 0), backlog.get(tid, 0), tenants[tid].max_in_flight)
+        for tid in ids
+        if tid in tenants
+    ]
+    out.sort(key=lambda t: (-(t.in_flight + t.backlog), t.slug))
+    return out
+
+
+@dataclass
+class FailingTarget:
+    target_url: str
+    failed: int
+    attempts: int
+    last_failed_at: datetime | None
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failed / self.attempts if self.attempts else 0.0
+
+
+def failing_targets(*, tenant_ids=None, now: datetime | None = None, limit: int = 5,
+                    floor: int | None = None) -> list[FailingTarget]:
+    """Target URLs (of the version each run was made by) with the most failed or unknown attempts
+    in the last hour, with their attempt totals for a failure rate. Cost: the bounded attempts
+    tail joined to runs and versions by primary key, grouped by URL."""
+    now = now or db_now()
+    floor = recent_attempt_floor() if floor is None else floor
+    rows = (
+        _recent_attempts(tenant_ids, floor)
+        .filter(finished_at__gt=now - RECENT)
+        .values("run__version__target_url")
+        .annotate(
+            failed=Count("id", filter=Q(outcome__in=FAILED_OUTCOMES)),
+            attempts=Count("id"),
+            last_failed_at=Max("finished_at", filter=Q(outcome__in=FAILED_OUTCOMES)),
+        )
+        .filter(failed__gt=0)
+        .order_by("-failed", "run__version__target_url")[:limit]
+    )
+    return [FailingTarget(r["run__version__target_url"], r["failed"], r["attempts"], r["last_failed_at"]) for r in rows]
+
+
+def latest_dead(*, tenant_ids=None, limit: int = 5) -> list[Run]:
+    """The newest dead runs, for the dashboard's way into the dead-letter queue.
+    Cost: `run_dead_idx`."""
+    return list(
+        _runs(tenant_ids)
+        .filter(state=RunState.DEAD)
+        .select_related("schedule", "tenant")
+        .order_by("-finished_at", "-id")[:limit]
+    )
+
+
+@dataclass
+class Dashboard:
+    now: datetime
+    lag: Lag
+    overdue: Overdue
+    states: StateCounts
+    dead_letter: DeadLetter
+    attempts: AttemptFigures
+    tenants: list = field(default_factory=list)
+    failing: list = field(default_factory=list)
+    latest_dead: list = field(default_factory=list)
+
+
+def dashboard(*, tenant_ids=None) -> Dashboard:
+    now = db_now()
+    floor = recent_attempt_floor()
+    return Dashboard(
+        now=now,
+        lag=scheduled_to_start_lag(tenant_ids=tenant_ids, now=now, floor=floor),
+        overdue=overdue(tenant_ids=tenant_ids, now=now),
+        states=runs_by_state(tenant_ids=tenant_ids, now=now),
+        dead_letter=dead_letter(tenant_ids=tenant_ids, now=now),
+        attempts=attempt_figures(tenant_ids=tenant_ids, now=now, floor=floor),
+        tenants=per_tenant(tenant_ids=tenant_ids, now=now),
+        failing=failing_targets(tenant_ids=tenant_ids, now=now, floor=floor),
+        latest_dead=latest_dead(tenant_ids=tenant_ids),
+    )
+
+
+def fingerprint(*, tenant_ids=None) -> str:
+    """A cheap token that changes whenever the dashboard's figures would: the live-state totals
+    and the newest attempt id. Pollers compare it to skip the full dashboard when nothing moved.
+    Cost: three partial-index counts and one primary-key lookup."""
+    runs = _runs(tenant_ids)
+    parts = {
+        "ready": runs.filter(state=RunState.READY).count(),
+        "leased": runs.filter(state=RunState.LEASED).count(),
+        "dead": runs.filter(state=RunState.DEAD).count(),
+        # Global on purpose: scoping it would need a join walk; a change elsewhere only costs a
+        # refresh, it reveals nothing.
+        "attempt": Attempt.objects.aggregate(m=Max("id"))["m"] or 0,
+        "oldest": _runs(tenant_ids).filter(state=RunState.READY).aggregate(m=Min("next_eligible_at"))["m"],
+    }
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def as_dict(value) -> dict:
+    """For the metrics endpoint and JSON: dataclasses all the way down (model rows, such as
+    `latest_dead`, are the caller's to leave out)."""
+    return asdict(value)

@@ -1,0 +1,126 @@
+"""The dead-letter queue: dead runs grouped by schedule and error, with bulk retry (dead runs)
+and bulk cancel (runs still retrying), over a selection or the current filter.
+
+Each bulk action first shows how many runs it will touch, then loops the single-run service,
+one transaction per run, so one run that changed state meanwhile is reported, not fatal."""
+
+from django.contrib import messages
+from django.db.models import Count, Max
+from django.db.models.functions import Left
+from django.http import HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from runs import services
+from runs.models import Run, RunState
+from runs.views.runs import run_filters, runs_page, _tenant_ids_for_merge
+from scheduler_project.access import actor_for, is_operator, portal_view, scope, visible_tenants
+from scheduler_project.errors import ServiceError
+from schedules.views.common import parse_uuid, render_view
+
+# A bulk action over a filter touches at most this many runs; a bigger set is done in steps, so
+# no click starts an unbounded loop at 3 a.m.
+BULK_LIMIT = 1000
+ERROR_KEY_LEN = 120
+GROUP_LIMIT = 50
+VIEWS = {
+    # dead: the queue itself. retrying: runs that failed and wait for another attempt, the ones a
+    # cancel can still stop before they land here (cancel_run refuses dead runs).
+    "dead": {"state": RunState.DEAD},
+    "retrying": {"state": RunState.READY, "generation__gt": 0},
+}
+ACTIONS = {
+    "retry": (services.retry_run, services.RETRYABLE_FROM, "retried"),
+    "cancel": (services.cancel_run, services.CANCELABLE_FROM, "canceled"),
+}
+
+
+def _view_name(request) -> str:
+    name = request.GET.get("view") or request.POST.get("view") or "dead"
+    return name if name in VIEWS else "dead"
+
+
+def _filtered(request, view_name):
+    qs, values = run_filters(request, scope(Run.objects.filter(**VIEWS[view_name]), request.user))
+    values.pop("state", None)
+    error = request.GET.get("error", "")
+    if error:
+        qs = qs.filter(last_error__startswith=error)
+        values["error"] = error
+    return qs, values
+
+
+def _groups(qs):
+    # Cost: the dead-letter queue only (run_dead_idx / run_ready_idx), grouped; bounded output.
+    return list(
+        qs.annotate(error_key=Left("last_error", ERROR_KEY_LEN))
+        .values("schedule_id", "schedule__name", "tenant__slug", "error_key")
+        .annotate(n=Count("id"), latest=Max("updated_at"))
+        .order_by("-n", "schedule__name")[:GROUP_LIMIT]
+    )
+
+
+@portal_view
+def dlq(request):
+    view_name = _view_name(request)
+    qs, values = _filtered(request, view_name)
+    page = runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
+    return render_view(request, "runs/dlq.html", {
+        "view": view_name, "f": values, "groups": _groups(qs), "page": page,
+        "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
+        "bulk_limit": BULK_LIMIT,
+    }, partial="results")
+
+
+def _targets(request, view_name, action):
+    """The runs an action will touch: the selected ids, or the current filter, narrowed to the
+    states the service accepts, inside the user's scope; capped at BULK_LIMIT."""
+    _, states, _ = ACTIONS[action]
+    if request.POST.get("scope") == "filter":
+        # The filter travels as the form's query string so the confirmation repeats it exactly.
+        request.GET = request.POST
+        qs, _ = _filtered(request, view_name)
+        base = qs
+    else:
+        ids = [u for u in (parse_uuid(x) for x in request.POST.getlist("ids")) if u]
+        base = scope(Run.objects.filter(id__in=ids), request.user)
+    valid = base.filter(state__in=states)
+    return valid.order_by("-scheduled_time", "-id")
+
+
+@portal_view
+def dlq_action(request):
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    view_name = _view_name(request)
+    action = request.POST.get("action", "")
+    back = reverse("runs-dlq") + "?" + urlencode({"view": view_name})
+    if action not in ACTIONS:
+        messages.error(request, "Choose retry or cancel.")
+        return redirect(back)
+    service, states, done_word = ACTIONS[action]
+    targets = _targets(request, view_name, action)
+    ids = list(targets.values_list("id", flat=True)[: BULK_LIMIT + 1])
+    more = len(ids) > BULK_LIMIT
+    ids = ids[:BULK_LIMIT]
+    if request.POST.get("confirm") != "yes":
+        return render_view(request, "runs/dlq_confirm.html", {
+            "action": action, "count": len(ids), "more": more, "states": states, "view": view_name,
+            "post": request.POST, "selected": request.POST.getlist("ids"), "bulk_limit": BULK_LIMIT,
+        }, partial="confirm")
+    by = actor_for(request)
+    done, refused = 0, []
+    for run in Run.objects.filter(id__in=ids):
+        try:
+            service(run, by=by)
+            done += 1
+        except ServiceError as e:
+            refused.append(e.message)
+    msg = f"{done_word.capitalize()} {done} run(s)."
+    if refused:
+        msg += f" {len(refused)} changed state meanwhile and were left alone ({refused[0]})."
+    if more:
+        msg += f" More than {BULK_LIMIT} matched; run the action again for the rest."
+    messages.success(request, msg)
+    return redirect(back)

@@ -1,0 +1,145 @@
+"""Run pages: the list (filtered, keyset-paginated, never counted) and the detail with its
+attempt timeline and evidence; retry and cancel call `runs.services`."""
+
+from functools import reduce
+
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from runs import services
+from runs.models import TERMINAL_STATES, Run, RunState
+from scheduler_project.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenant_ids, visible_tenants
+from schedules.models import Schedule
+from schedules.views.common import (
+    PAGE_SIZE,
+    Page,
+    after_cursor,
+    call_service,
+    decode_cursor,
+    parse_uuid,
+    parse_when,
+    render_view,
+)
+
+# With more tenants than this in view, the per-tenant merge below stops paying for itself.
+MERGE_MAX_TENANTS = 100
+
+
+def _runs(request):
+    return scope(Run.objects.all(), request.user)
+
+
+def run_filters(request, qs):
+    """The filters shared by the runs list and the dead-letter queue; returns (qs, values)."""
+    values = {}
+    state = request.GET.get("state", "")
+    if state in RunState.values:
+        qs = qs.filter(state=state)
+        values["state"] = state
+    tenant = parse_uuid(request.GET.get("tenant"))
+    if tenant:
+        qs = qs.filter(tenant_id=tenant)
+        values["tenant"] = str(tenant)
+    schedule = parse_uuid(request.GET.get("schedule"))
+    if schedule:
+        qs = qs.filter(schedule_id=schedule)
+        values["schedule"] = str(schedule)
+    start, end = parse_when(request.GET.get("from")), parse_when(request.GET.get("to"))
+    if start:
+        qs = qs.filter(scheduled_time__gte=start)
+        values["from"] = request.GET["from"]
+    if end:
+        qs = qs.filter(scheduled_time__lt=end)
+        values["to"] = request.GET["to"]
+    return qs, values
+
+
+def runs_page(qs, raw_cursor, tenant_ids, *, size=PAGE_SIZE) -> Page:
+    """Newest first by (scheduled_time, id), keyset-paginated.
+
+    The runs indexes lead with tenant or schedule. Filtered to one of them, the page is one range
+    of that index. Across tenants, a plain ORDER BY ... LIMIT would sort the whole table, so each
+    tenant's next `size + 1` keys are read from `run_tenant_time_idx` (one short range each, in one
+    UNION ALL statement), merged here, and only the winners are loaded."""
+    cursor = decode_cursor(raw_cursor)
+    qs = after_cursor(qs, "scheduled_time", cursor)
+    order = ("-scheduled_time", "-id")
+    if tenant_ids is not None and 1 < len(tenant_ids) <= MERGE_MAX_TENANTS:
+        parts = [qs.filter(tenant_id=t).order_by(*order).values_list("scheduled_time", "id")[: size + 1]
+                 for t in tenant_ids]
+        keys = sorted(reduce(lambda a, b: a.union(b, all=True), parts), reverse=True)[: size + 1]
+        by_id = qs.model.objects.select_related("tenant", "schedule").in_bulk([k[1] for k in keys])
+        rows = [by_id[k[1]] for k in keys if k[1] in by_id]
+    else:
+        rows = list(qs.select_related("tenant", "schedule").order_by(*order)[: size + 1])
+    return Page(rows[:size], len(rows) > size, "scheduled_time")
+
+
+def _tenant_ids_for_merge(request, values):
+    if "tenant" in values or "schedule" in values:
+        return None
+    ids = visible_tenant_ids(request.user)
+    if ids is None:
+        ids = list(visible_tenants(request.user).values_list("id", flat=True)[: MERGE_MAX_TENANTS + 1])
+    return ids
+
+
+@portal_view
+def run_list(request):
+    qs, values = run_filters(request, _runs(request))
+    page = runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
+    schedule = None
+    if "schedule" in values:
+        schedule = scope(Schedule.objects.all(), request.user).filter(id=values["schedule"]).first()
+    return render_view(request, "runs/list.html", {
+        "page": page, "f": values, "states": RunState.values, "tenants": visible_tenants(request.user),
+        "schedule": schedule,
+    }, partial="results")
+
+
+def _detail_context(request, run):
+    return {
+        "run": run,
+        "attempts": run.attempts.order_by("-generation"),
+        "live": run.state not in TERMINAL_STATES,
+        "can_retry": run.state in services.RETRYABLE_FROM,
+        "can_cancel": run.state in services.CANCELABLE_FROM,
+        "is_operator": is_operator(request.user),
+        "start_lag": (run.first_started_at - run.scheduled_time).total_seconds() if run.first_started_at else None,
+    }
+
+
+def _load(request, pk):
+    return get_scoped(
+        Run.objects.select_related("tenant", "schedule", "version", "occurrence"), request.user, id=pk
+    )
+
+
+@portal_view
+def run_detail(request, pk):
+    run = _load(request, pk)
+    ctx = _detail_context(request, run)
+    if request.htmx and not ctx["live"]:
+        # The run has ended: the poller gets its last update and stops (status 286).
+        return render_view(request, "runs/detail.html", ctx, partial="live",
+                           status=HttpResponseStopPolling.status_code)
+    return render_view(request, "runs/detail.html", ctx, partial="live")
+
+
+def _run_action(service, success):
+    @portal_view
+    @require_POST
+    def view(request, pk):
+        run = _load(request, pk)
+        call_service(request, service, run, by=actor_for(request), success=success)
+        if request.htmx:
+            return render_view(request, "runs/detail.html", _detail_context(request, _load(request, pk)), partial="live")
+        return redirect("runs-detail", pk=run.id)
+
+    return view
+
+
+run_retry = _run_action(services.retry_run, "Retried: the run is ready now and keeps its id (idempotency key).")
+run_cancel = _run_action(services.cancel_run, "Canceled. A worker holding it abandons the call at its next heartbeat.")

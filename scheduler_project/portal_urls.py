@@ -1,0 +1,30 @@
+"""Portal routes (HTML + htmx). Public ids in URLs are UUIDs; names carry the app prefix."""
+
+from django.urls import path
+
+from runs.views import dashboard, dlq, runs, schedules
+from schedules.views import audit, tenants
+
+urlpatterns = [
+    path("", dashboard.dashboard, name="runs-dashboard"),
+    path("runs/", runs.run_list, name="runs-list"),
+    path("runs/<uuid:pk>/", runs.run_detail, name="runs-detail"),
+    path("runs/<uuid:pk>/retry", runs.run_retry, name="runs-retry"),
+    path("runs/<uuid:pk>/cancel", runs.run_cancel, name="runs-cancel"),
+    path("dlq/", dlq.dlq, name="runs-dlq"),
+    path("dlq/action", dlq.dlq_action, name="runs-dlq-action"),
+    path("schedules/", schedules.schedule_list, name="schedules-list"),
+    path("schedules/<uuid:pk>/", schedules.schedule_detail, name="schedules-detail"),
+    path("schedules/<uuid:pk>/pause", schedules.schedule_pause, name="schedules-pause"),
+    path("schedules/<uuid:pk>/resume", schedules.schedule_resume, name="schedules-resume"),
+    path("schedules/<uuid:pk>/trigger", schedules.schedule_trigger, name="schedules-trigger"),
+    path("schedules/<uuid:pk>/backfill", schedules.schedule_backfill, name="schedules-backfill"),
+    path("audit/", audit.audit_log, name="schedules-audit"),
+    path("tenants/", tenants.tenant_list, name="schedules-tenants"),
+    path("tenants/<uuid:pk>/", tenants.tenant_detail, name="schedules-tenant-detail"),
+    path("tenants/<uuid:pk>/settings", tenants.tenant_settings, name="schedules-tenant-settings"),
+    path("tenants/<uuid:pk>/keys", tenants.key_create, name="schedules-key-create"),
+    path("tenants/<uuid:pk>/keys/<uuid:key_id>/revoke", tenants.key_revoke, name="schedules-key-revoke"),
+    path("tenants/<uuid:pk>/targets", tenants.target_add, name="schedules-target-add"),
+    path("tenants/<uuid:pk>/targets/<int:target_id>/remove", tenants.target_remove, name="schedules-target-remove"),
+]

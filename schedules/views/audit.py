@@ -1,0 +1,24 @@
+"""The audit log: who did what, when, from where, to which object; scoped like everything else."""
+
+from scheduler_project.access import is_operator, portal_view, scope, visible_tenants
+from schedules.models import AuditEntry
+from schedules.views.common import keyset_page, parse_uuid, render_view
+
+
+@portal_view
+def audit_log(request):
+    qs = scope(AuditEntry.objects.select_related("tenant"), request.user)
+    f = {}
+    for name, lookup in (("action", "action"), ("actor", "actor__icontains"), ("object", "object_id")):
+        value = request.GET.get(name, "").strip()
+        if value:
+            qs = qs.filter(**{lookup: value})
+            f[name] = value
+    tenant = parse_uuid(request.GET.get("tenant"))
+    if tenant:
+        qs = qs.filter(tenant_id=tenant)
+        f["tenant"] = str(tenant)
+    page = keyset_page(qs, "at", request.GET.get("after"), pk_type=int)
+    return render_view(request, "audit/list.html", {
+        "page": page, "f": f, "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
+    }, partial="results")
