@@ -45,7 +45,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, DateTimeField, F, TextField, Value, When
+from django.db.models import Case, DateTimeField, F, PositiveIntegerField, TextField, Value, When
 
 from dispatch import signing
 from dispatch.safehttp import SafeClient, client_from_settings
@@ -196,7 +196,8 @@ def record(outcomes: list[Outcome]) -> None:
         # Deferred and unsent events were not tried: give back the attempt the claim counted.
         untried = [o.pending.id for o in rest if o.status != "failed"]
         attempts = (
-            Case(When(id__in=untried, then=F("publish_attempts") - 1), default=F("publish_attempts"))
+            Case(When(id__in=untried, then=F("publish_attempts") - 1), default=F("publish_attempts"),
+                 output_field=PositiveIntegerField())
             if untried
             else F("publish_attempts")
         )
