@@ -1,14 +1,30 @@
-"""Runs over HTTP (api.md): read a run with its attempts, retry, cancel."""
+"""Runs over HTTP (api.md): list, read a run with its attempts, retry, cancel."""
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import services
-from runs.models import Run
+from runs.models import Attempt, Run, RunState
 from runs.serializers import RunOut
-from schedules.api import actor
+from scheduler_project.errors import ValidationFailed
+from scheduler_project.keyset import Keyset
+from schedules.api import (
+    BODY_ERRORS,
+    PAGE_PARAMS,
+    actor,
+    error_responses,
+    page_of,
+    parse_choices,
+    parse_instant,
+    parse_uuid,
+    require_empty_body,
+)
+
+# Served by run_tenant_time_idx / run_schedule_time_idx, (tenant|schedule, -scheduled_time, -id):
+# every page is an index range scan from the cursor, however deep.
+RUN_PAGES = Keyset("runs", ("-scheduled_time", "-id"))
 
 
 def tenant_run(request, pk) -> Run:
@@ -16,21 +32,83 @@ def tenant_run(request, pk) -> Run:
     return get_object_or_404(Run.objects.select_related("occurrence"), id=pk, tenant=request.user.tenant)
 
 
+def run_json(run: Run) -> dict:
+    return RunOut(Run.objects.select_related("occurrence").get(id=run.id)).data
+
+
+class RunListView(APIView):
+    @extend_schema(
+        operation_id="runs_list",
+        summary="List runs",
+        description="Newest scheduled time first, with their attempts. Never counted: follow `next`.",
+        parameters=[
+            OpenApiParameter("schedule", str, required=False, description="a schedule id"),
+            OpenApiParameter("state", str, required=False,
+                             description=f"comma-separated: {', '.join(RunState.values)}"),
+            OpenApiParameter("from", str, required=False, description="scheduledTime at or after (ISO 8601 with offset)"),
+            OpenApiParameter("to", str, required=False, description="scheduledTime before (ISO 8601 with offset)"),
+            *PAGE_PARAMS,
+        ],
+        responses={200: page_of(RunOut, "RunPage"), **error_responses(400)},
+    )
+    def get(self, request):
+        params = request.query_params
+        qs = Run.objects.filter(tenant=request.user.tenant).select_related("occurrence")
+        schedule_id = parse_uuid(params.get("schedule"), "schedule")
+        if schedule_id:
+            # Another tenant's schedule id simply matches nothing here: the tenant filter is first.
+            qs = qs.filter(schedule_id=schedule_id)
+        states = parse_choices(params.get("state"), "state", RunState.values)
+        if states:
+            qs = qs.filter(state__in=states)
+        start, end = parse_instant(params.get("from"), "from"), parse_instant(params.get("to"), "to")
+        if start and end and end <= start:
+            raise ValidationFailed({"to": ["'to' must be after 'from'"]})
+        if start:
+            qs = qs.filter(scheduled_time__gte=start)
+        if end:
+            qs = qs.filter(scheduled_time__lt=end)
+        page = RUN_PAGES.page_from_params(qs, params)
+        # One query for the whole page's attempts instead of one per run.
+        by_run = {run.id: [] for run in page.items}
+        for attempt in Attempt.objects.filter(run_id__in=list(by_run)).order_by("run_id", "generation"):
+            by_run[attempt.run_id].append(attempt)
+        for run in page.items:
+            run.attempt_list = by_run[run.id]
+        return Response({"results": RunOut(page.items, many=True).data, "next": page.next})
+
+
 class RunDetailView(APIView):
-    @extend_schema(responses=RunOut)
+    @extend_schema(operation_id="runs_retrieve", summary="Read a run and its attempts",
+                   responses={200: RunOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(RunOut(tenant_run(request, pk)).data)
 
 
 class RunRetryView(APIView):
-    @extend_schema(request=None, responses={200: RunOut})
+    @extend_schema(
+        operation_id="runs_retry",
+        summary="Retry a dead or canceled run now",
+        description="Keeps the run id (the target's Idempotency-Key); 409 from any other state.",
+        request=None,
+        responses={200: RunOut, **error_responses(*BODY_ERRORS, 404, 409)},
+    )
     def post(self, request, pk):
-        run = services.retry_run(tenant_run(request, pk), by=actor(request))
-        return Response(RunOut(Run.objects.select_related("occurrence").get(id=run.id)).data)
+        run = tenant_run(request, pk)
+        require_empty_body(request)
+        return Response(run_json(services.retry_run(run, by=actor(request))))
 
 
 class RunCancelView(APIView):
-    @extend_schema(request=None, responses={200: RunOut})
+    @extend_schema(
+        operation_id="runs_cancel",
+        summary="Cancel a ready or leased run",
+        description="A leased run's worker is fenced off: whatever it reports later is kept only as "
+                    "evidence. 409 from a terminal state.",
+        request=None,
+        responses={200: RunOut, **error_responses(*BODY_ERRORS, 404, 409)},
+    )
     def post(self, request, pk):
-        run = services.cancel_run(tenant_run(request, pk), by=actor(request))
-        return Response(RunOut(Run.objects.select_related("occurrence").get(id=run.id)).data)
+        run = tenant_run(request, pk)
+        require_empty_body(request)
+        return Response(run_json(services.cancel_run(run, by=actor(request))))

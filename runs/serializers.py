@@ -1,14 +1,17 @@
+"""API shapes for runs and attempts: camelCase on the wire, UTC times with `Z`."""
+
 from rest_framework import serializers
 
-from runs.models import Attempt, Run
+from runs.models import Attempt, AttemptOutcome, Run, RunKind, RunState
 
 
 class AttemptOut(serializers.Serializer):
     generation = serializers.IntegerField()
-    workerId = serializers.CharField(source="worker_id")
+    workerId = serializers.CharField(source="worker_id", allow_blank=True)
     startedAt = serializers.DateTimeField(source="started_at")
     finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
-    outcome = serializers.CharField(allow_null=True, help_text="null while in flight; 'unknown' when the lease expired")
+    outcome = serializers.ChoiceField(choices=AttemptOutcome.choices, allow_null=True,
+                                      help_text="null while in flight; 'unknown' when the lease expired")
     httpStatus = serializers.IntegerField(source="http_status", allow_null=True)
     errorClass = serializers.CharField(source="error_class", allow_blank=True)
     error = serializers.CharField(allow_blank=True)
@@ -25,16 +28,16 @@ class RunOut(serializers.Serializer):
     scheduledTime = serializers.DateTimeField(source="scheduled_time")
     localTime = serializers.CharField(source="occurrence.local_time")
     note = serializers.CharField(source="occurrence.note", allow_blank=True)
-    kind = serializers.CharField()
-    state = serializers.CharField()
-    reason = serializers.CharField(allow_null=True)
+    kind = serializers.ChoiceField(choices=RunKind.choices)
+    state = serializers.ChoiceField(choices=RunState.choices)
+    reason = serializers.CharField(allow_null=True, help_text="why it was skipped or canceled, or why it waits")
     generation = serializers.IntegerField()
     attemptsUsed = serializers.IntegerField(source="attempts_used")
     maxAttempts = serializers.IntegerField(source="max_attempts")
     nextEligibleAt = serializers.DateTimeField(source="next_eligible_at", allow_null=True)
     leaseUntil = serializers.DateTimeField(source="lease_until", allow_null=True)
     leaseOwner = serializers.CharField(source="lease_owner", allow_null=True)
-    idempotencyKey = serializers.CharField(source="idempotency_key")
+    idempotencyKey = serializers.CharField(source="idempotency_key", help_text="sent to the target on every attempt")
     createdAt = serializers.DateTimeField(source="created_at")
     finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
     lastError = serializers.CharField(source="last_error", allow_blank=True)

@@ -1,34 +1,153 @@
 """Every API error is a JSON body a person can act on: field errors as {"errors": {...}}, other
-errors as {"error": "...", ...details}. Never a stack trace, never a 500 for bad input."""
+errors as {"error": "...", ...details}. Never a stack trace, never a 500 for bad input.
 
+Also the request body parser, because most bad input is caught there: a body over the size limit is
+refused before it is read (413), and a body that is JSON but that PostgreSQL or the serializers
+cannot take (NUL characters, lone surrogates, Infinity, absurd nesting or integers) is a 400 here
+instead of a 500 later."""
+
+import json
 import logging
+import math
 
+from django.conf import settings
 from django.http import Http404, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_handler
 
-from scheduler_project.errors import ServiceError, ValidationFailed
+from scheduler_project.errors import PayloadTooLarge, ServiceError, ValidationFailed
 
 log = logging.getLogger("scheduler.api")
+
+# Deeper than this is refused: the renderer and PostgreSQL's jsonb both recurse, and Python's
+# recursion limit is shared with Django's own call stack, so a 900-deep payload that parses can
+# still crash on the way out.
+MAX_JSON_DEPTH = 64
+# 64-bit signed: what PostgreSQL bigint, JavaScript's BigInt64 and most clients round-trip.
+MAX_JSON_INT = 2**63 - 1
+
+
+def max_request_bytes() -> int:
+    """The raw body limit. The payload limit (SCHEDULER_MAX_PAYLOAD_BYTES) is checked exactly by
+    the service on the compact JSON of `payload`; the raw body also carries the other fields and
+    whatever whitespace the client's encoder adds, so it gets twice that plus 64 KiB of headroom.
+    It exists so that a huge body is refused without being read."""
+    explicit = getattr(settings, "SCHEDULER_MAX_REQUEST_BYTES", None)
+    if explicit:
+        return int(explicit)
+    return 2 * settings.SCHEDULER_MAX_PAYLOAD_BYTES + 65536
+
+
+def _too_large(size_text: str) -> PayloadTooLarge:
+    limit = max_request_bytes()
+    return PayloadTooLarge(
+        f"the request body is {size_text}; the limit is {limit} bytes "
+        f"(a schedule's payload may be at most {settings.SCHEDULER_MAX_PAYLOAD_BYTES} bytes)"
+    )
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def check_json_value(value, path: str = "body") -> None:
+    """Raise ParseError for values that are legal in Python's JSON but not storable or not
+    portable. Iterates with an explicit stack so a hostile body cannot exhaust recursion here."""
+    stack = [(value, 1, path)]
+    while stack:
+        v, d, where = stack.pop()
+        if d > MAX_JSON_DEPTH:
+            raise exceptions.ParseError(f"{where} is nested more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(v, dict):
+            for k, item in v.items():
+                _check_string(k, f"{where} key")
+                stack.append((item, d + 1, f"{where}.{k}"[:200]))
+        elif isinstance(v, list):
+            for i, item in enumerate(v):
+                stack.append((item, d + 1, f"{where}[{i}]"[:200]))
+        elif isinstance(v, str):
+            _check_string(v, where)
+        elif isinstance(v, bool) or v is None:
+            pass
+        elif isinstance(v, int):
+            if abs(v) > MAX_JSON_INT:
+                raise exceptions.ParseError(f"{where}: integers must fit in 64 bits")
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise exceptions.ParseError(f"{where}: numbers must be finite")
+
+
+def _check_string(s: str, where: str) -> None:
+    if "\x00" in s:
+        raise exceptions.ParseError(f"{where}: strings may not contain NUL (\\u0000)")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise exceptions.ParseError(f"{where}: strings must be valid Unicode (a lone surrogate escape was sent)")
+
+
+class LimitedJSONParser(JSONParser):
+    """JSON bodies only, at most `max_request_bytes()`: the Content-Length is checked before a byte
+    is read, and the read itself is capped, so a chunked or lying body is bounded too."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        parser_context = parser_context or {}
+        request = parser_context.get("request")
+        limit = max_request_bytes()
+        meta = getattr(request, "META", {}) if request is not None else {}
+        try:
+            declared = int(meta.get("CONTENT_LENGTH") or 0)
+        except (TypeError, ValueError):
+            declared = 0
+        if declared > limit:
+            raise _too_large(f"{declared} bytes")
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise _too_large(f"over {limit} bytes")
+        if not raw.strip():
+            return {}
+        encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            text = raw.decode(encoding)
+        except (UnicodeDecodeError, LookupError):
+            raise exceptions.ParseError(f"the body is not valid {encoding}")
+        try:
+            data = json.loads(text, parse_constant=_reject_constant if api_settings.STRICT_JSON else None)
+        except RecursionError:
+            raise exceptions.ParseError(f"the body is nested more than {MAX_JSON_DEPTH} levels deep")
+        except ValueError as e:
+            raise exceptions.ParseError(str(e))
+        check_json_value(data)
+        return data
 
 
 def exception_handler(exc, context):
     if isinstance(exc, ValidationFailed):
-        return Response({"errors": exc.errors}, status=400)
+        return Response({"errors": flatten_errors(exc.errors)}, status=400)
     if isinstance(exc, ServiceError):
         return Response({"error": exc.message, **exc.extra}, status=exc.status)
     if isinstance(exc, exceptions.ValidationError):
-        detail = exc.detail if isinstance(exc.detail, dict) else {"nonFieldErrors": exc.detail}
-        return Response({"errors": _plain(detail)}, status=400)
+        detail = exc.detail if isinstance(exc.detail, dict) else {"body": exc.detail}
+        return Response({"errors": flatten_errors(_plain(detail))}, status=400)
     if isinstance(exc, exceptions.ParseError):
-        return Response({"error": f"the request body is not valid JSON: {exc.detail}"}, status=400)
+        return Response({"error": f"the request body is not usable JSON: {exc.detail}"}, status=400)
     if isinstance(exc, (Http404, exceptions.NotFound)):
         return Response({"error": "not found"}, status=404)
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         resp = Response({"error": str(exc.detail)}, status=401)
         resp["WWW-Authenticate"] = 'Bearer realm="api"'
+        return resp
+    if isinstance(exc, exceptions.Throttled):
+        wait = max(1, math.ceil(exc.wait or 1))
+        resp = Response(
+            {"error": f"rate limit exceeded for this API key; retry in {wait} s", "retryAfter": wait},
+            status=429,
+        )
+        resp["Retry-After"] = str(wait)
         return resp
     response = drf_handler(exc, context)
     if response is not None:
@@ -54,14 +173,51 @@ def _plain(detail):
     return str(detail)
 
 
+def flatten_errors(errors: dict, prefix: str = "") -> dict[str, list[str]]:
+    """{"target": {"url": ["..."]}} -> {"target.url": ["..."]}: one shape, `{"field": ["message"]}`,
+    whatever the nesting, so a client can show each message next to its field."""
+    out: dict[str, list[str]] = {}
+    for key, value in errors.items():
+        name = "body" if key == api_settings.NON_FIELD_ERRORS_KEY and not prefix else str(key)
+        if key == api_settings.NON_FIELD_ERRORS_KEY and prefix:
+            name = ""
+        full = f"{prefix}.{name}" if prefix and name else (prefix or name)
+        if isinstance(value, dict):
+            out.update(flatten_errors(value, full))
+            continue
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if isinstance(item, dict):
+                out.update(flatten_errors(item, full))
+            else:
+                out.setdefault(full, []).append(str(item))
+    return out
+
+
+def _wants_json(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def json_400(request, exception=None):
+    if _wants_json(request):
+        return JsonResponse({"error": "bad request"}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def json_403(request, exception=None):
+    if _wants_json(request):
+        return JsonResponse({"error": "forbidden"}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
 def json_404(request, exception=None):
     """API paths answer JSON; portal pages keep Django's HTML page."""
-    if request.path.startswith("/api/"):
+    if _wants_json(request):
         return JsonResponse({"error": "not found"}, status=404)
     return defaults.page_not_found(request, exception)
 
 
 def json_500(request):
-    if request.path.startswith("/api/"):
+    if _wants_json(request):
         return JsonResponse({"error": "internal error; it has been logged"}, status=500)
     return defaults.server_error(request)

@@ -126,22 +126,43 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["schedules.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["schedules.auth.IsTenantKey"],
+    # Per key, counted in the database so every gunicorn worker shares one count.
+    "DEFAULT_THROTTLE_CLASSES": ["schedules.ratelimit.PerKeyRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # JSON only, size-capped before it is read (413), and refusing what PostgreSQL cannot store.
+    "DEFAULT_PARSER_CLASSES": ["scheduler_project.api_errors.LimitedJSONParser"],
     "EXCEPTION_HANDLER": "scheduler_project.api_errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    "UNAUTHENTICATED_TOKEN": None,
 }
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Durable scheduler API",
-    "DESCRIPTION": "Schedules, runs and attempts for services. See docs/ in the repository.",
+    "DESCRIPTION": (
+        "Schedules, runs and attempts for services. Authenticate with `Authorization: Bearer <api key>`; "
+        "every object belongs to the key's tenant and another tenant's id answers 404. Times are UTC "
+        "ISO 8601 with `Z`; ids are UUIDs; lists are cursor-paginated (`next`). Errors are JSON: "
+        '`{"errors": {"field": ["message"]}}` for field errors, `{"error": "..."}` otherwise. '
+        "The service developer guide is docs/api.md in the repository."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The document and the docs page are public (they describe the API, not a tenant's data), so a
+    # missing or revoked key never hides them.
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "ScheduleStatusEnum": "schedules.models.ScheduleStatus",
+        "RunStateEnum": "runs.models.RunState",
+        "RunKindEnum": "runs.models.RunKind",
+        "AttemptOutcomeEnum": "runs.models.AttemptOutcome",
+    },
 }
 
 LOGGING = {

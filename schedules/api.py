@@ -1,9 +1,12 @@
-"""Schedules over HTTP (api.md). Views only translate: every change is a service call."""
+"""Schedules, expressions, API keys and the audit log over HTTP (api.md). Views only translate:
+every change is a service call, and every object is looked up inside the caller's tenant."""
 
+import uuid
 from datetime import timedelta
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -11,15 +14,45 @@ from rest_framework.views import APIView
 from runs import schedule_actions
 from runs.serializers import RunOut
 from scheduler_project.dbclock import db_now
+from scheduler_project.errors import ValidationFailed
+from scheduler_project.keyset import Keyset
 from schedules import timeexpr
+from schedules.idempotency import HEADER as IDEMPOTENCY_HEADER
 from schedules.idempotency import idempotent
-from schedules.models import Schedule
-from schedules.serializers import ScheduleIn, ScheduleOut, SchedulePatchIn, schedule_json, to_fields
+from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
+from schedules.serializers import (
+    EARLIEST,
+    LATEST,
+    ApiKeyCreatedOut,
+    ApiKeyIn,
+    ApiKeyOut,
+    AuditEntryOut,
+    BackfillIn,
+    BackfillOut,
+    BadRequestOut,
+    ConflictOut,
+    ErrorOut,
+    ExpressionPreviewIn,
+    OccurrencesOut,
+    RateLimitedOut,
+    ScheduleIn,
+    ScheduleOut,
+    SchedulePatchIn,
+    occurrence_json,
+    schedule_json,
+    to_fields,
+)
 from schedules.services import Actor, create_schedule, rule_for
+from schedules.tenants import create_api_key, revoke_api_key
+
+# --- shared by every API view (runs.api imports these) ---------------------------------------
 
 
 def actor(request) -> Actor:
-    return Actor(str(request.user), request.META.get("REMOTE_ADDR", ""))
+    """The audit identity of an API call: the key's prefix and the peer address. REMOTE_ADDR is
+    the proxy's address when one is in front; it is never taken from X-Forwarded-For, which the
+    client controls."""
+    return Actor(str(request.user), request.META.get("REMOTE_ADDR", "")[:64])
 
 
 def tenant_schedule(request, pk) -> Schedule:
@@ -27,15 +60,153 @@ def tenant_schedule(request, pk) -> Schedule:
     return get_object_or_404(Schedule.objects.select_related("current", "tenant"), id=pk, tenant=request.user.tenant)
 
 
-class OccurrenceOut(serializers.Serializer):
-    at = serializers.DateTimeField()
-    local = serializers.CharField()
-    note = serializers.CharField(allow_null=True)
+def require_empty_body(request) -> None:
+    """Actions (trigger, retry, cancel, revoke) take no body; `{}` is accepted for clients that
+    always send one. Anything else is refused, like an unknown field on any other endpoint."""
+    if request.data not in ({}, None):
+        raise ValidationFailed({"body": ["this endpoint takes no request body (send nothing or {})"]})
+
+
+def error_responses(*codes: int) -> dict:
+    """The error bodies an operation can answer, for the OpenAPI document. 401 and 429 apply to
+    every authenticated operation and are always included."""
+    described = {
+        400: OpenApiResponse(BadRequestOut, "field errors, or a body that is not usable JSON"),
+        401: OpenApiResponse(ErrorOut, "no API key, an unknown key, or a revoked key"),
+        404: OpenApiResponse(ErrorOut, "no such object in this tenant"),
+        409: OpenApiResponse(ConflictOut, "the object is not in a state that allows this"),
+        413: OpenApiResponse(ErrorOut, "the request body or the payload is over the size limit"),
+        415: OpenApiResponse(ErrorOut, "the body is not application/json"),
+        422: OpenApiResponse(ErrorOut, "this Idempotency-Key was used with a different body"),
+        429: OpenApiResponse(RateLimitedOut, "rate limit for this key exceeded; see the Retry-After header"),
+    }
+    return {code: described[code] for code in sorted({401, 429, *codes})}
+
+
+BODY_ERRORS = (400, 413, 415)
+
+IDEMPOTENCY_PARAM = OpenApiParameter(
+    IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False,
+    description="Makes a retried request return the first result. Reusing a key with a different body answers 422.",
+)
+PAGE_PARAMS = [
+    OpenApiParameter("cursor", str, required=False, description="the `next` value of the previous page"),
+    OpenApiParameter("limit", int, required=False, description="1-200, default 50"),
+]
+
+
+def page_of(out_serializer, name: str):
+    return inline_serializer(name, {
+        "results": out_serializer(many=True),
+        "next": serializers.CharField(allow_null=True, help_text="cursor for the next page; null on the last"),
+    })
+
+
+def text_param(raw, name: str, max_length: int = 200) -> str | None:
+    """A free-text query parameter, refused if PostgreSQL could not compare it (NUL)."""
+    if raw in (None, ""):
+        return None
+    if "\x00" in raw or len(raw) > max_length:
+        raise ValidationFailed({name: [f"must be at most {max_length} characters, without NUL"]})
+    return raw
+
+
+def parse_bool(raw, name: str) -> bool | None:
+    if raw in (None, ""):
+        return None
+    low = raw.lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise ValidationFailed({name: ["must be true or false"]})
+
+
+def parse_choices(raw, name: str, allowed) -> list[str]:
+    """`state=dead,canceled` -> ["dead", "canceled"], each checked."""
+    if raw in (None, ""):
+        return []
+    values = [v.strip() for v in raw.split(",") if v.strip()]
+    wrong = [v for v in values if v not in allowed]
+    if wrong:
+        raise ValidationFailed({name: [f"{wrong[0][:50]!r} is not one of {', '.join(allowed)}"]})
+    return values
+
+
+def parse_uuid(raw, name: str):
+    if raw in (None, ""):
+        return None
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise ValidationFailed({name: ["must be an id (UUID)"]})
+
+
+def parse_instant(raw, name: str):
+    if raw in (None, ""):
+        return None
+    try:
+        value = parse_datetime(raw.strip().replace(" ", "+"))  # a '+' in a query string arrives as ' '
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise ValidationFailed({name: ["must be an ISO 8601 date-time with an offset, e.g. 2026-03-08T07:00:00Z"]})
+    if not EARLIEST <= value < LATEST:
+        raise ValidationFailed({name: ["must be between 1970-01-01T00:00:00Z and 3000-01-01T00:00:00Z"]})
+    return value
+
+
+def parse_count(raw, default=10, maximum=100) -> int:
+    if raw in (None, ""):
+        return default
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValidationFailed({"count": ["must be a whole number"]})
+    if not 1 <= n <= maximum:
+        raise ValidationFailed({"count": [f"must be between 1 and {maximum}"]})
+    return n
+
+
+# --- schedules ------------------------------------------------------------------------------
+
+SCHEDULE_PAGES = Keyset("schedules", ("-created_at", "-id"))
 
 
 class ScheduleListView(APIView):
-    @extend_schema(request=ScheduleIn, responses={201: ScheduleOut}, parameters=[
-        OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)])
+    @extend_schema(
+        operation_id="schedules_list",
+        summary="List schedules",
+        description="Newest first. Archived schedules are left out unless `status` asks for them.",
+        parameters=[
+            OpenApiParameter("enabled", bool, required=False, description="true: running; false: paused"),
+            OpenApiParameter("status", str, required=False,
+                             description="comma-separated: active, completed, archived (default active,completed)"),
+            *PAGE_PARAMS,
+        ],
+        responses={200: page_of(ScheduleOut, "SchedulePage"), **error_responses(400)},
+    )
+    def get(self, request):
+        params = request.query_params
+        qs = Schedule.objects.filter(tenant=request.user.tenant).select_related("current")
+        enabled = parse_bool(params.get("enabled"), "enabled")
+        if enabled is not None:
+            qs = qs.filter(enabled=enabled)
+        statuses = parse_choices(params.get("status"), "status", ScheduleStatus.values)
+        if statuses:
+            qs = qs.filter(status__in=statuses)
+        else:
+            qs = qs.exclude(status=ScheduleStatus.ARCHIVED)
+        page = SCHEDULE_PAGES.page_from_params(qs, params)
+        return Response({"results": [schedule_json(s) for s in page.items], "next": page.next})
+
+    @extend_schema(
+        operation_id="schedules_create",
+        summary="Create a schedule",
+        request=ScheduleIn,
+        parameters=[IDEMPOTENCY_PARAM],
+        responses={201: ScheduleOut, **error_responses(*BODY_ERRORS, 422)},
+    )
     def post(self, request):
         def create():
             body = ScheduleIn(data=request.data)
@@ -53,11 +224,19 @@ class ScheduleListView(APIView):
 
 
 class ScheduleDetailView(APIView):
-    @extend_schema(responses=ScheduleOut)
+    @extend_schema(operation_id="schedules_retrieve", summary="Read a schedule",
+                   responses={200: ScheduleOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(schedule_json(tenant_schedule(request, pk)))
 
-    @extend_schema(request=SchedulePatchIn, responses={200: ScheduleOut})
+    @extend_schema(
+        operation_id="schedules_update",
+        summary="Edit, pause or resume a schedule",
+        description="Send `expectedVersion` and only the fields to change. A changed field makes a new "
+                    "version; `enabled: false` pauses and `enabled: true` resumes.",
+        request=SchedulePatchIn,
+        responses={200: ScheduleOut, **error_responses(*BODY_ERRORS, 404, 409)},
+    )
     def patch(self, request, pk):
         schedule = tenant_schedule(request, pk)
         body = SchedulePatchIn(data=request.data)
@@ -72,17 +251,29 @@ class ScheduleDetailView(APIView):
         )
         return Response(schedule_json(Schedule.objects.select_related("current").get(id=schedule.id)))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        operation_id="schedules_archive",
+        summary="Archive a schedule",
+        description="No new occurrences; runs that have not started are canceled; history is kept. "
+                    "Archiving an archived schedule is a no-op.",
+        responses={204: None, **error_responses(404)},
+    )
     def delete(self, request, pk):
         schedule_actions.archive_schedule(tenant_schedule(request, pk), by=actor(request))
         return Response(status=204)
 
 
 class ScheduleTriggerView(APIView):
-    @extend_schema(request=None, responses={201: RunOut}, parameters=[
-        OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)])
+    @extend_schema(
+        operation_id="schedules_trigger",
+        summary="Run a schedule now",
+        request=None,
+        parameters=[IDEMPOTENCY_PARAM],
+        responses={201: RunOut, **error_responses(*BODY_ERRORS, 404, 409, 422)},
+    )
     def post(self, request, pk):
         schedule = tenant_schedule(request, pk)
+        require_empty_body(request)
 
         def trigger():
             run = schedule_actions.trigger_schedule(schedule, by=actor(request))
@@ -91,16 +282,12 @@ class ScheduleTriggerView(APIView):
         return idempotent(request, f"schedules.trigger:{schedule.id}", trigger)
 
 
-class BackfillIn(serializers.Serializer):
-    # "from" is a Python keyword, hence the explicit field names.
-    def get_fields(self):
-        return {"from": serializers.DateTimeField(), "to": serializers.DateTimeField()}
-
-
 class ScheduleBackfillView(APIView):
     @extend_schema(
-        request=inline_serializer("BackfillRequest", {"from": serializers.DateTimeField(), "to": serializers.DateTimeField()}),
-        responses={202: inline_serializer("BackfillResult", {"runs": serializers.IntegerField()})},
+        operation_id="schedules_backfill",
+        summary="Make runs for a past range",
+        request=BackfillIn,
+        responses={202: BackfillOut, **error_responses(*BODY_ERRORS, 404, 409)},
     )
     def post(self, request, pk):
         schedule = tenant_schedule(request, pk)
@@ -114,29 +301,140 @@ class ScheduleBackfillView(APIView):
 
 class ScheduleOccurrencesView(APIView):
     @extend_schema(
+        operation_id="schedules_occurrences",
+        summary="Preview a schedule's next instants",
+        description="Nothing is stored. An archived schedule has none.",
         parameters=[OpenApiParameter("count", int, required=False, description="1-100, default 10")],
-        responses=inline_serializer("OccurrencePreview", {"occurrences": OccurrenceOut(many=True)}),
+        responses={200: OccurrencesOut, **error_responses(400, 404)},
     )
     def get(self, request, pk):
         schedule = tenant_schedule(request, pk)
         count = parse_count(request.query_params.get("count"))
+        if schedule.status == ScheduleStatus.ARCHIVED:
+            return Response({"occurrences": []})
         rule = rule_for(schedule.current, schedule.anchor_at)
         # From the next instant still to be made: what is already materialised shows in the runs.
         start = schedule.next_run_at - timedelta(microseconds=1) if schedule.next_run_at else db_now()
         occs = timeexpr.preview(rule, start, count)
         end = schedule.current.end_at
-        return Response({"occurrences": [timeexpr.to_wire(o) for o in occs if not end or o.at < end]})
+        return Response(
+            {"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs if not end or o.at < end]}
+        )
 
 
-def parse_count(raw, default=10, maximum=100) -> int:
-    from scheduler_project.errors import ValidationFailed
+class ExpressionPreviewView(APIView):
+    @extend_schema(
+        operation_id="expressions_preview",
+        summary="Preview an expression",
+        description="The next instants of an expression in a zone, with DST notes; nothing is stored. "
+                    "With `from`, instants at or after it (and rate() counts from it); else after now.",
+        request=ExpressionPreviewIn,
+        responses={200: OccurrencesOut, **error_responses(*BODY_ERRORS)},
+    )
+    def post(self, request):
+        body = ExpressionPreviewIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        given_from = data.get("from")
+        anchor = given_from or db_now()
+        policy = data.get("dstPolicy") or {}
+        try:
+            rule = timeexpr.parse(
+                data["expression"], data["timeZone"], anchor=anchor,
+                dst_policy=timeexpr.DstPolicy(policy.get("skipped", "next_valid"), policy.get("repeated", "earlier")),
+            )
+        except timeexpr.ExpressionError as e:
+            raise ValidationFailed({e.field: [str(e)]})
+        # Same rule as a new schedule's first run: startAt itself counts, "now" does not.
+        after = anchor - timedelta(microseconds=1) if given_from else anchor
+        occs = timeexpr.preview(rule, after, data.get("count", 10))
+        return Response({"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs]})
 
-    if raw in (None, ""):
-        return default
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValidationFailed({"count": ["must be a whole number"]})
-    if not 1 <= n <= maximum:
-        raise ValidationFailed({"count": [f"must be between 1 and {maximum}"]})
-    return n
+
+# --- API keys -------------------------------------------------------------------------------
+
+KEY_PAGES = Keyset("keys", ("-created_at", "-id"))
+
+
+def tenant_key(request, pk) -> ApiKey:
+    return get_object_or_404(ApiKey, id=pk, tenant=request.user.tenant)
+
+
+class ApiKeyListView(APIView):
+    @extend_schema(
+        operation_id="keys_list",
+        summary="List this tenant's API keys",
+        description="Prefix and label only: a key's secret is never shown again after creation.",
+        parameters=PAGE_PARAMS,
+        responses={200: page_of(ApiKeyOut, "ApiKeyPage"), **error_responses(400)},
+    )
+    def get(self, request):
+        page = KEY_PAGES.page_from_params(ApiKey.objects.filter(tenant=request.user.tenant), request.query_params)
+        return Response({"results": ApiKeyOut(page.items, many=True).data, "next": page.next})
+
+    @extend_schema(
+        operation_id="keys_create",
+        summary="Create an API key",
+        description="The response carries the key itself, this once; it is stored only as a hash.",
+        request=ApiKeyIn,
+        responses={201: ApiKeyCreatedOut, **error_responses(*BODY_ERRORS)},
+    )
+    def post(self, request):
+        body = ApiKeyIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        key, raw = create_api_key(request.user.tenant, label=body.validated_data.get("label", ""), by=actor(request))
+        data = ApiKeyOut(key).data
+        data["key"] = raw
+        return Response(data, status=201)
+
+
+class ApiKeyDetailView(APIView):
+    @extend_schema(operation_id="keys_retrieve", summary="Read an API key (without its secret)",
+                   responses={200: ApiKeyOut, **error_responses(404)})
+    def get(self, request, pk):
+        return Response(ApiKeyOut(tenant_key(request, pk)).data)
+
+
+class ApiKeyRevokeView(APIView):
+    @extend_schema(
+        operation_id="keys_revoke",
+        summary="Revoke an API key",
+        description="Takes effect at once: the next request with the key answers 401. A key may revoke itself.",
+        request=None,
+        responses={200: ApiKeyOut, **error_responses(*BODY_ERRORS, 404, 409)},
+    )
+    def post(self, request, pk):
+        key = tenant_key(request, pk)
+        require_empty_body(request)
+        return Response(ApiKeyOut(revoke_api_key(key, by=actor(request))).data)
+
+
+# --- audit log ------------------------------------------------------------------------------
+
+AUDIT_PAGES = Keyset("audit", ("-at", "-id"))
+
+
+class AuditListView(APIView):
+    @extend_schema(
+        operation_id="audit_list",
+        summary="This tenant's audit log",
+        description="Every change: who (key:<prefix> or user:<name>), what, when, from where, and "
+                    "before/after. Newest first.",
+        parameters=[
+            OpenApiParameter("objectId", str, required=False, description="only entries about this object"),
+            OpenApiParameter("action", str, required=False, description="e.g. schedule.edit"),
+            *PAGE_PARAMS,
+        ],
+        responses={200: page_of(AuditEntryOut, "AuditPage"), **error_responses(400)},
+    )
+    def get(self, request):
+        params = request.query_params
+        qs = AuditEntry.objects.filter(tenant=request.user.tenant)
+        object_id = text_param(params.get("objectId"), "objectId", 64)
+        if object_id:
+            qs = qs.filter(object_id=object_id)
+        action = text_param(params.get("action"), "action", 64)
+        if action:
+            qs = qs.filter(action=action)
+        page = AUDIT_PAGES.page_from_params(qs, params)
+        return Response({"results": AuditEntryOut(page.items, many=True).data, "next": page.next})

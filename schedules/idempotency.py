@@ -1,5 +1,7 @@
 """Idempotency-Key on create and trigger: a repeated request gets the first response; the same
-key with a different body is refused with 422.
+key with a different body is refused with 422. Keys are per tenant and per operation (a create key
+and a trigger key never collide), and only successes are remembered: after a 4xx the client may fix
+the request and retry with the same key.
 
 The record is inserted in the same transaction as the work it guards, so two concurrent requests
 with one key cannot both do the work: the second blocks on the unique index until the first
@@ -35,8 +37,9 @@ def idempotent(request, scope: str, handler) -> Response:
     key = request.headers.get(HEADER, "").strip()
     if not key:
         return handler()
-    if len(key) > 200:
-        return Response({"errors": {HEADER: ["at most 200 characters"]}}, status=400)
+    if len(key) > 200 or not all(" " <= c <= "~" for c in key):
+        return Response({"errors": {HEADER: ["at most 200 printable ASCII characters (a UUID is a good key)"]}},
+                        status=400)
     tenant = request.user.tenant
     fingerprint = _fingerprint(request.data)
     existing = IdempotencyRecord.objects.filter(tenant=tenant, scope=scope, key=key).first()

@@ -261,3 +261,21 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "scope", "key"], name="idempotency_unique_key"),
         ]
+
+
+class ApiRateCounter(models.Model):
+    """Requests made with one API key in one minute (fixed window), shared by every web worker.
+
+    One row per key per minute, upserted by `schedules.ratelimit`; a key's older rows are deleted
+    when its next window opens, so the table holds about one row per active key. The table is
+    UNLOGGED on PostgreSQL (migration 0002): losing counts in a crash only forgives a minute."""
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
+    window_start = models.DateTimeField()
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["key", "window_start"], name="api_rate_counter_key_window_unique"),
+        ]

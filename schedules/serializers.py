@@ -1,18 +1,65 @@
-"""API shapes for schedules: camelCase on the wire, snake_case fields inside.
+"""API shapes for schedules, expressions, keys and the audit log: camelCase on the wire, snake_case
+fields inside.
 
 Input serializers only check shape and types and turn the body into the service's field dict;
 what a schedule means (expression, zone, allowlist, bounds) is checked by `schedules.services`.
 """
 
+import re
+from datetime import datetime, timezone
+
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from schedules.models import MisfirePolicy, OverlapPolicy, Schedule
+from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleStatus
 from schedules.services import TARGET_METHODS
+from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES
+
+# Instants outside this range are refused at the edge: nothing is scheduled before the epoch, and
+# far-future values only reach date arithmetic overflows deep in the rule engine.
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(3000, 1, 1, tzinfo=timezone.utc)
+
+# RFC 9110 field-name token.
+HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,100}$")
+MAX_TARGET_HEADERS = 50
+
+
+class UtcDateTimeField(serializers.DateTimeField):
+    """ISO 8601 with an explicit offset (`Z` or `+02:00`), answered in UTC with `Z`.
+
+    A time without an offset is refused rather than read as UTC: for a schedule in
+    America/New_York, "2026-03-08T02:30:00" is ambiguous between wall time and UTC, and guessing
+    would move a run by hours without a word."""
+
+    default_error_messages = {
+        "naive": "give a UTC offset: '2026-03-08T07:00:00Z' or '2026-03-08T02:00:00-05:00'",
+        "range": "must be between 1970-01-01T00:00:00Z and 3000-01-01T00:00:00Z",
+    }
+
+    def to_internal_value(self, value):
+        if isinstance(value, str):
+            try:
+                parsed = parse_datetime(value.strip())
+            except ValueError:
+                parsed = None
+            if parsed is not None and parsed.tzinfo is None:
+                self.fail("naive")
+        elif isinstance(value, datetime) and value.tzinfo is None:
+            self.fail("naive")
+        result = super().to_internal_value(value)
+        if not EARLIEST <= result < LATEST:
+            self.fail("range")
+        return result
+
+
+def _uniq(choices):
+    return [(c, c) for c in choices]
 
 
 class StrictSerializer(serializers.Serializer):
     """Unknown fields are an error (400), not silently ignored: a typo in a policy name must not
-    leave the default in force unnoticed."""
+    leave the default in force unnoticed. Applies at every nesting level."""
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
@@ -24,27 +71,39 @@ class StrictSerializer(serializers.Serializer):
 
 class TargetIn(StrictSerializer):
     url = serializers.CharField(max_length=2000)
-    method = serializers.ChoiceField(choices=TARGET_METHODS, required=False)
-    headers = serializers.DictField(child=serializers.CharField(max_length=2000), required=False)
-    timeoutSeconds = serializers.IntegerField(min_value=1, required=False)
+    method = serializers.ChoiceField(choices=_uniq(TARGET_METHODS), required=False)
+    headers = serializers.DictField(
+        child=serializers.CharField(max_length=2000, allow_blank=True, trim_whitespace=False), required=False
+    )
+    timeoutSeconds = serializers.IntegerField(min_value=1, max_value=86400, required=False)
+
+    def validate_headers(self, headers):
+        if len(headers) > MAX_TARGET_HEADERS:
+            raise serializers.ValidationError(f"at most {MAX_TARGET_HEADERS} headers")
+        for name, value in headers.items():
+            if not HEADER_NAME.match(name):
+                raise serializers.ValidationError(f"{name[:100]!r} is not a valid HTTP header name")
+            if any(c in value for c in "\r\n"):
+                raise serializers.ValidationError(f"the value of {name!r} may not contain line breaks")
+        return headers
 
 
 class RetryPolicyIn(StrictSerializer):
     maxAttempts = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    backoffBaseSeconds = serializers.FloatField(min_value=0.001, required=False)
-    backoffMaxSeconds = serializers.FloatField(min_value=0.001, required=False)
+    backoffBaseSeconds = serializers.FloatField(min_value=0.001, max_value=86400 * 7, required=False)
+    backoffMaxSeconds = serializers.FloatField(min_value=0.001, max_value=86400 * 7, required=False)
 
 
 class DstPolicyIn(StrictSerializer):
-    skipped = serializers.ChoiceField(choices=["next_valid", "shift", "skip"], required=False)
-    repeated = serializers.ChoiceField(choices=["earlier", "later", "both"], required=False)
+    skipped = serializers.ChoiceField(choices=_uniq(SKIPPED_CHOICES), required=False)
+    repeated = serializers.ChoiceField(choices=_uniq(REPEATED_CHOICES), required=False)
 
 
 class ScheduleIn(StrictSerializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    expression = serializers.CharField(max_length=2000)
-    timeZone = serializers.CharField(max_length=64)
-    payload = serializers.JSONField(required=False)
+    expression = serializers.CharField(max_length=2000, help_text="cron, RRULE, at(...) or rate(...)")
+    timeZone = serializers.CharField(max_length=64, help_text="IANA zone name, e.g. America/New_York")
+    payload = serializers.JSONField(required=False, allow_null=True, help_text="sent as the JSON body of each call")
     target = TargetIn()
     enabled = serializers.BooleanField(required=False)
     misfirePolicy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
@@ -53,12 +112,14 @@ class ScheduleIn(StrictSerializer):
     overlapPolicy = serializers.ChoiceField(choices=OverlapPolicy.choices, required=False)
     retryPolicy = RetryPolicyIn(required=False)
     dstPolicy = DstPolicyIn(required=False)
-    startAt = serializers.DateTimeField(required=False, allow_null=True)
-    endAt = serializers.DateTimeField(required=False, allow_null=True)
+    startAt = UtcDateTimeField(required=False, allow_null=True)
+    endAt = UtcDateTimeField(required=False, allow_null=True)
 
 
 class SchedulePatchIn(ScheduleIn):
-    expectedVersion = serializers.IntegerField(min_value=1)
+    expectedVersion = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, help_text="the version this edit was made against; 409 if stale"
+    )
 
     def __init__(self, *args, **kwargs):
         kwargs["partial"] = True
@@ -70,7 +131,7 @@ class SchedulePatchIn(ScheduleIn):
         return attrs
 
 
-def to_fields(data: dict, *, current_target: dict | None = None) -> dict:
+def to_fields(data: dict) -> dict:
     """Validated camelCase body -> the service's snake_case versioned fields (only those given)."""
     out = {}
     simple = {
@@ -84,13 +145,10 @@ def to_fields(data: dict, *, current_target: dict | None = None) -> dict:
             out[v] = data[k]
     if "payload" in out and out["payload"] is None:
         out["payload"] = {}
-    t = data.get("target")
-    if t is not None:
-        out["target_url"] = t["url"]
-        for k, v in {"method": "target_method", "headers": "target_headers", "timeoutSeconds": "target_timeout_seconds"}.items():
-            if k in t:
-                out[v] = t[k]
     for group, mapping in (
+        # A PATCH may send part of a group (e.g. only target.method): only what is given changes.
+        ("target", {"url": "target_url", "method": "target_method", "headers": "target_headers",
+                    "timeoutSeconds": "target_timeout_seconds"}),
         ("retryPolicy", {"maxAttempts": "max_attempts", "backoffBaseSeconds": "backoff_base_seconds",
                          "backoffMaxSeconds": "backoff_max_seconds"}),
         ("dstPolicy", {"skipped": "dst_skipped", "repeated": "dst_repeated"}),
@@ -104,7 +162,7 @@ def to_fields(data: dict, *, current_target: dict | None = None) -> dict:
 class TargetOut(serializers.Serializer):
     url = serializers.CharField(source="target_url")
     method = serializers.CharField(source="target_method")
-    headers = serializers.DictField(source="target_headers", child=serializers.CharField())
+    headers = serializers.DictField(source="target_headers", child=serializers.CharField(allow_blank=True))
     timeoutSeconds = serializers.IntegerField(source="target_timeout_seconds")
 
 
@@ -121,27 +179,125 @@ class DstPolicyOut(serializers.Serializer):
 
 class ScheduleOut(serializers.Serializer):
     id = serializers.UUIDField()
-    name = serializers.CharField()
+    name = serializers.CharField(allow_blank=True)
     version = serializers.IntegerField()
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=ScheduleStatus.choices)
     enabled = serializers.BooleanField()
     nextRunAt = serializers.DateTimeField(source="next_run_at", allow_null=True)
     expression = serializers.CharField(source="current.expression")
     timeZone = serializers.CharField(source="current.time_zone")
     payload = serializers.JSONField(source="current.payload")
     target = TargetOut(source="current")
-    misfirePolicy = serializers.CharField(source="current.misfire_policy")
+    misfirePolicy = serializers.ChoiceField(source="current.misfire_policy", choices=MisfirePolicy.choices)
     catchupLimit = serializers.IntegerField(source="current.catchup_limit")
     misfireGraceSeconds = serializers.IntegerField(source="current.misfire_grace_seconds")
-    overlapPolicy = serializers.CharField(source="current.overlap_policy")
+    overlapPolicy = serializers.ChoiceField(source="current.overlap_policy", choices=OverlapPolicy.choices)
     retryPolicy = RetryPolicyOut(source="current")
     dstPolicy = DstPolicyOut(source="current")
     startAt = serializers.DateTimeField(source="current.start_at", allow_null=True)
     endAt = serializers.DateTimeField(source="current.end_at", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
-    lastError = serializers.CharField(source="last_error")
+    pausedAt = serializers.DateTimeField(source="paused_at", allow_null=True)
+    archivedAt = serializers.DateTimeField(source="archived_at", allow_null=True)
+    lastError = serializers.CharField(source="last_error", allow_blank=True)
 
 
 def schedule_json(schedule: Schedule) -> dict:
     return ScheduleOut(schedule).data
+
+
+class BackfillIn(StrictSerializer):
+    to = UtcDateTimeField(help_text="end of the range (exclusive)")
+    # "from" is a Python keyword, so it cannot be written as a class attribute; the class body's
+    # namespace is a plain dict, and DRF collects declared fields from it.
+    locals()["from"] = UtcDateTimeField(help_text="start of the range (inclusive)")
+
+
+class BackfillOut(serializers.Serializer):
+    runs = serializers.IntegerField(help_text="runs made (instants that already had a run are left alone)")
+
+
+class OccurrenceOut(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="the instant, UTC")
+    local = serializers.CharField(help_text="the instant in the schedule's zone, with its offset")
+    wall = serializers.CharField(help_text="the local wall time the rule meant")
+    note = serializers.CharField(allow_null=True, help_text="why DST moved or dropped it, else null")
+    dropped = serializers.BooleanField(help_text="true when the DST policy drops this instant (no run)")
+
+
+def occurrence_json(wire: dict) -> dict:
+    return {"at": wire["at"], "local": wire["local"], "wall": wire["wall"], "note": wire["note"],
+            "dropped": bool(wire.get("dropped"))}
+
+
+class OccurrencesOut(serializers.Serializer):
+    occurrences = OccurrenceOut(many=True)
+
+
+class ExpressionPreviewIn(StrictSerializer):
+    expression = serializers.CharField(max_length=2000)
+    timeZone = serializers.CharField(max_length=64)
+    count = serializers.IntegerField(min_value=1, max_value=100, required=False, help_text="1-100, default 10")
+    dstPolicy = DstPolicyIn(required=False)
+    locals()["from"] = UtcDateTimeField(
+        required=False, help_text="first instant considered (inclusive) and the anchor of rate(); default now"
+    )
+
+
+class ApiKeyIn(StrictSerializer):
+    label = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+
+class ApiKeyOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    prefix = serializers.CharField(help_text="the key's first characters, to recognise it")
+    label = serializers.CharField(allow_blank=True)
+    active = serializers.BooleanField(source="is_active")
+    createdAt = serializers.DateTimeField(source="created_at")
+    createdBy = serializers.CharField(source="created_by", allow_blank=True)
+    lastUsedAt = serializers.DateTimeField(source="last_used_at", allow_null=True,
+                                           help_text="updated at most once a minute")
+    revokedAt = serializers.DateTimeField(source="revoked_at", allow_null=True)
+
+
+class ApiKeyCreatedOut(ApiKeyOut):
+    key = serializers.CharField(help_text="the key itself: shown this once, stored only as a hash")
+
+
+class AuditEntryOut(serializers.Serializer):
+    id = serializers.CharField()
+    at = serializers.DateTimeField()
+    actor = serializers.CharField(help_text="key:<prefix>, user:<name> or system:<command>")
+    action = serializers.CharField()
+    objectType = serializers.CharField(source="object_type")
+    objectId = serializers.CharField(source="object_id")
+    remoteAddr = serializers.CharField(source="remote_addr", allow_blank=True)
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+
+# --- error bodies, for the OpenAPI document ------------------------------------------------------
+
+
+class ErrorOut(serializers.Serializer):
+    error = serializers.CharField(help_text="what went wrong and what to do about it")
+
+
+class BadRequestOut(serializers.Serializer):
+    error = serializers.CharField(required=False, help_text="a body that is not usable JSON")
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text='field errors, {"field": ["message"]}; nested fields as "target.url"',
+    )
+
+
+class ConflictOut(ErrorOut):
+    currentVersion = serializers.IntegerField(required=False, help_text="on a stale expectedVersion")
+    state = serializers.CharField(required=False, help_text="the run's (or schedule's) current state")
+    status = serializers.CharField(required=False, help_text="the schedule's status")
+
+
+class RateLimitedOut(ErrorOut):
+    retryAfter = serializers.IntegerField(help_text="seconds; also in the Retry-After header")

@@ -1,0 +1,80 @@
+"""Per-key API rate limit: a fixed one-minute window counted in the database.
+
+The count lives in PostgreSQL, not in process memory, because the web tier is several gunicorn
+workers on several machines: a per-process counter would let each of them allow the full limit.
+One statement per request does the work: insert the (key, minute) row or add one to it, and return
+the new count and the seconds left in the window, both from the database clock so every worker
+agrees on where a minute starts.
+
+A fixed window lets a client burst up to twice the limit across a window edge; that is the price
+of one cheap row per key instead of a log of request times, and fine for a guard against runaway
+clients (it is not a billing meter)."""
+
+import math
+from datetime import datetime, timezone
+
+from django.conf import settings
+from django.db import connection
+from rest_framework.throttling import BaseThrottle
+
+_PG_HIT = """
+INSERT INTO schedules_apiratecounter (key_id, window_start, count)
+VALUES (%s, date_trunc('minute', statement_timestamp()), 1)
+ON CONFLICT (key_id, window_start) DO UPDATE SET count = schedules_apiratecounter.count + 1
+RETURNING count, EXTRACT(EPOCH FROM (window_start + interval '1 minute' - statement_timestamp()))
+"""
+
+_PG_PRUNE = """
+DELETE FROM schedules_apiratecounter
+WHERE key_id = %s AND window_start < date_trunc('minute', statement_timestamp())
+"""
+
+# The embedded SQLite quickstart has one machine, so its clock is the process's clock.
+_SQLITE_HIT = """
+INSERT INTO schedules_apiratecounter (key_id, window_start, count) VALUES (%s, %s, 1)
+ON CONFLICT (key_id, window_start) DO UPDATE SET count = schedules_apiratecounter.count + 1
+RETURNING count
+"""
+_SQLITE_PRUNE = "DELETE FROM schedules_apiratecounter WHERE key_id = %s AND window_start < %s"
+
+
+def hit(key_id) -> tuple[int, float]:
+    """Count one request for the key; returns (requests in this window, seconds until it ends)."""
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute(_PG_HIT, [key_id])
+            count, left = cur.fetchone()
+            if count == 1:
+                # First request of a new window: the key's older windows are dead weight.
+                cur.execute(_PG_PRUNE, [key_id])
+            return count, float(left)
+        now = datetime.now(timezone.utc)
+        window = now.replace(second=0, microsecond=0)
+        key = key_id.hex if connection.vendor == "sqlite" else key_id
+        cur.execute(_SQLITE_HIT, [key, window])
+        (count,) = cur.fetchone()
+        if count == 1:
+            cur.execute(_SQLITE_PRUNE, [key, window])
+        return count, 60 - (now - window).total_seconds()
+
+
+class PerKeyRateThrottle(BaseThrottle):
+    """SCHEDULER_API_RATE_LIMIT_PER_MINUTE requests per API key per minute; 0 turns it off.
+    Requests without a key are refused by authentication before this runs."""
+
+    def __init__(self):
+        self._wait = None
+
+    def allow_request(self, request, view):
+        limit = settings.SCHEDULER_API_RATE_LIMIT_PER_MINUTE
+        key = getattr(request.user, "key", None)
+        if limit <= 0 or key is None:
+            return True
+        count, left = hit(key.id)
+        if count <= limit:
+            return True
+        self._wait = max(1, math.ceil(left))
+        return False
+
+    def wait(self):
+        return self._wait
