@@ -23,6 +23,7 @@ from django.db.models import (
     DurationField,
     ExpressionWrapper,
     F,
+    IntegerField,
     Q,
     TextField,
     Value,
@@ -159,7 +160,8 @@ def plan_schedule(schedule: Schedule, version: ScheduleVersion, now: datetime, h
                 break
             later += 0 if occ.dropped else 1
         keep_missed -= later
-    run_missed = set(id(o) for o in missed[len(missed) - keep_missed :]) if keep_missed > 0 else set()
+    # max(0, ...): a limit larger than the outage must keep them all, not wrap to a negative index.
+    run_missed = set(id(o) for o in missed[max(0, len(missed) - keep_missed) :]) if keep_missed > 0 else set()
 
     busy, buffered = active.get(schedule.id, (False, False))
     planned = []
@@ -649,6 +651,7 @@ def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
                     When(version__misfire_policy="skip", then=Value(0)),
                     When(version__misfire_policy="run_once", then=Value(1)),
                     default=F("version__catchup_limit"),
+                    output_field=IntegerField(),
                 ),
             )
             .filter(newer__gt=F("keep"))

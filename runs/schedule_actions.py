@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.models import Reason, Run, RunKind, RunState
-from runs.queue import build_run, insert_runs
+from runs.queue import MAX_OCCURRENCES_PER_PASS, ONE_US, build_run, insert_runs
 from runs.services import cancel_unstarted
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import Conflict, StaleVersion, ValidationFailed
@@ -27,6 +27,28 @@ def _require_live(schedule: Schedule) -> None:
         raise Conflict("this schedule is archived", status=schedule.status)
 
 
+def _record_unmaterialised(schedule: Schedule, *, now: datetime, reason: str) -> int:
+    """Occurrences of the current version that were already due but not yet materialised (the
+    scanner is behind, or was down) when an edit, pause or archive ends that version's run of
+    occurrences. Had the scanner been on time they would be runs now, canceled by this very
+    change; so they are recorded as exactly that (canceled with its reason, or skipped for a DST
+    drop) instead of vanishing. Call it before the change moves next_run_at."""
+    if not (schedule.enabled and schedule.status == ScheduleStatus.ACTIVE and schedule.next_run_at):
+        return 0
+    if schedule.next_run_at > now:
+        return 0
+    version = schedule.current
+    rule = rule_for(version, schedule.anchor_at)
+    triples = []
+    for occ in rule.iter_after(schedule.next_run_at - ONE_US):
+        if occ.at > now or (version.end_at and occ.at >= version.end_at) or len(triples) >= MAX_OCCURRENCES_PER_PASS:
+            break
+        state, why = (RunState.SKIPPED, Reason.DST) if occ.dropped else (RunState.CANCELED, reason)
+        triples.append(build_run(schedule, version, occ, state=state, reason=why, eligible_at=None,
+                                 kind=RunKind.SCHEDULED, now=now))
+    return len(insert_runs(triples))
+
+
 @transaction.atomic
 def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bool | None = None, by: Actor) -> Schedule:
     """Apply an edit made against `expected_version`. A change to any versioned field makes a new
@@ -40,6 +62,7 @@ def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bo
     current = version_fields(schedule.current)
     real = {k: v for k, v in changes.items() if current.get(k) != v}
     if real:
+        _record_unmaterialised(schedule, now=now, reason=Reason.SUPERSEDED)
         write_new_version(schedule, real, by=by, now=now)
         cancel_unstarted(schedule.id, reason=Reason.SUPERSEDED, versions_below=schedule.version)
     if enabled is False and schedule.enabled:
@@ -50,6 +73,7 @@ def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bo
 
 
 def _pause(schedule: Schedule, *, by: Actor, now: datetime) -> None:
+    _record_unmaterialised(schedule, now=now, reason=Reason.PAUSED)
     schedule.enabled = False
     schedule.paused_at = now
     schedule.next_run_at = None
@@ -99,6 +123,7 @@ def archive_schedule(schedule, *, by: Actor) -> Schedule:
     if schedule.status == ScheduleStatus.ARCHIVED:
         return schedule
     now = db_now()
+    _record_unmaterialised(schedule, now=now, reason=Reason.ARCHIVED)
     schedule.status = ScheduleStatus.ARCHIVED
     schedule.archived_at = now
     schedule.next_run_at = None
@@ -130,12 +155,27 @@ def trigger_schedule(schedule, *, by: Actor) -> Run:
 
 def plan_backfill(schedule: Schedule, start: datetime, end: datetime) -> tuple[list, int]:
     """The occurrences a backfill of [start, end) would make under the current version, leaving
-    out instants that already have a run of any version; and how many the rule has in all."""
+    out instants that already have a run of any version; and how many the rule has in all.
+
+    The range is first narrowed to when the schedule was meant to fire and could have: its
+    startAt/endAt bounds, and now (a future occurrence is the scanner's to make, at its time; a
+    backfill would run it early). Instants the DST policy drops are not made."""
     if end <= start:
         raise ValidationFailed({"to": ["'to' must be after 'from'"]})
     limit = settings.SCHEDULER_MAX_BACKFILL
-    rule = rule_for(schedule.current, schedule.anchor_at)
-    occs = [o for o in rule.between(start, end, limit + 1) if not o.dropped]
+    version = schedule.current
+    start = max(start, version.start_at) if version.start_at else start
+    end = min(end, version.end_at) if version.end_at else end
+    end = min(end, db_now())
+    if end <= start:
+        return [], 0
+    rule = rule_for(version, schedule.anchor_at)
+    occs = []
+    for o in rule.iter_after(start - ONE_US):
+        if o.at >= end or len(occs) > limit:
+            break
+        if not o.dropped:
+            occs.append(o)
     if len(occs) > limit:
         raise ValidationFailed(
             {"to": [f"this range has more than {limit} occurrences (SCHEDULER_MAX_BACKFILL); backfill a shorter range"]}

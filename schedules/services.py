@@ -210,9 +210,17 @@ def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: date
     schedule.anchor_at = anchor_for(fields, schedule.created_at)
     # The rule may have changed its anchor (startAt): recompute the rule against it.
     rule = rule_for(version, schedule.anchor_at)
+    # The new version starts from the moment of the edit: its first occurrence is the first
+    # instant after now (and at or after startAt), never one the old version already covered.
+    # A paused schedule gets its next instant when it is resumed.
     schedule.next_run_at = first_run_at(rule, fields, after=now) if schedule.enabled else None
-    if schedule.status == ScheduleStatus.COMPLETED and schedule.next_run_at is not None:
-        schedule.status, schedule.completed_at = ScheduleStatus.ACTIVE, None
+    if schedule.enabled and schedule.status != ScheduleStatus.ARCHIVED:
+        if schedule.next_run_at is None:
+            # e.g. endAt moved into the past, or an at() edited to a past time: nothing will fire.
+            if schedule.status != ScheduleStatus.COMPLETED:
+                schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
+        else:
+            schedule.status, schedule.completed_at = ScheduleStatus.ACTIVE, None
     schedule.save()
     audit(
         "schedule.edit",
