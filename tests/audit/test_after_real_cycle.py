@@ -14,6 +14,7 @@ from dispatch.worker import run_worker
 from runs import queue
 from runs.models import Run
 from runs.services import cancel_run, retry_run
+from schedules.models import Schedule
 from tests.helpers import ACTOR, expire_lease, make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
