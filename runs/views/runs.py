@@ -12,8 +12,8 @@ from runs import services
 from runs.models import TERMINAL_STATES, Run, RunState
 from scheduler_project.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenant_ids, visible_tenants
 from schedules.models import Schedule
+from schedules.views import common
 from schedules.views.common import (
-    PAGE_SIZE,
     Page,
     after_cursor,
     call_service,
@@ -56,13 +56,14 @@ def run_filters(request, qs):
     return qs, values
 
 
-def runs_page(qs, raw_cursor, tenant_ids, *, size=PAGE_SIZE) -> Page:
+def runs_page(qs, raw_cursor, tenant_ids, *, size: int | None = None) -> Page:
     """Newest first by (scheduled_time, id), keyset-paginated.
 
     The runs indexes lead with tenant or schedule. Filtered to one of them, the page is one range
     of that index. Across tenants, a plain ORDER BY ... LIMIT would sort the whole table, so each
     tenant's next `size + 1` keys are read from `run_tenant_time_idx` (one short range each, in one
     UNION ALL statement), merged here, and only the winners are loaded."""
+    size = size or common.PAGE_SIZE
     cursor = decode_cursor(raw_cursor)
     qs = after_cursor(qs, "scheduled_time", cursor)
     order = ("-scheduled_time", "-id")

@@ -41,7 +41,8 @@ def encode_cursor(when, pk) -> str:
 def decode_cursor(raw: str | None, pk_type=UUID):
     if not raw or CURSOR_SEP not in raw:
         return None
-    when, pk = raw.rsplit(CURSOR_SEP, 1)
+    # A hand-pasted cursor may have had its "+00:00" decoded to a space.
+    when, pk = raw.replace(" ", "+").rsplit(CURSOR_SEP, 1)
     try:
         return datetime.fromisoformat(when), pk_type(pk)
     except ValueError:
@@ -70,7 +71,8 @@ class Page:
         return len(self.rows)
 
 
-def keyset_page(qs, field: str, raw_cursor: str | None, *, size: int = PAGE_SIZE, pk_type=UUID) -> Page:
+def keyset_page(qs, field: str, raw_cursor: str | None, *, size: int | None = None, pk_type=UUID) -> Page:
+    size = size or PAGE_SIZE
     rows = list(after_cursor(qs, field, decode_cursor(raw_cursor, pk_type)).order_by(f"-{field}", "-id")[: size + 1])
     return Page(rows[:size], len(rows) > size, field)
 

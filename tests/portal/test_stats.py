@@ -1,0 +1,98 @@
+"""The figures module the dashboard and the metrics endpoint share."""
+
+from datetime import timedelta
+
+from runs import stats
+from runs.models import Attempt, AttemptOutcome, Run, RunState
+from scheduler_project.dbclock import db_now
+
+from .conftest import make_run
+
+
+def test_lag_percentiles_come_from_first_starts(schedule):
+    for seconds in (1, 2, 3, 4, 100):
+        run = make_run(schedule, RunState.SUCCEEDED)
+        Attempt.objects.filter(run=run).update(started_at=run.scheduled_time + timedelta(seconds=seconds))
+    lag = stats.scheduled_to_start_lag()
+    assert lag.sample == 5
+    assert lag.p50_seconds == 3
+    assert lag.p99_seconds == 100
+    assert lag.now_seconds == 3  # all five started within the last minute
+
+
+def test_backfills_do_not_count_as_lag(schedule):
+    run = make_run(schedule, RunState.SUCCEEDED)
+    Run.objects.filter(id=run.id).update(kind="backfill")
+    assert stats.scheduled_to_start_lag().sample == 0
+
+
+def test_oldest_overdue_is_the_earliest_due_ready_run(schedule):
+    make_run(schedule, RunState.READY, age=timedelta(minutes=2))
+    oldest = make_run(schedule, RunState.READY, age=timedelta(minutes=9))
+    o = stats.overdue()
+    assert o.count == 2
+    assert o.oldest_run_id == str(oldest.id)
+    assert 9 * 60 - 5 < o.age_seconds < 9 * 60 + 60
+
+
+def test_runs_by_state_has_exact_live_totals_and_the_last_hour(schedule):
+    for s in RunState.values:
+        make_run(schedule, s)
+    counts = stats.runs_by_state()
+    assert counts.live == {"ready": 1, "leased": 1, "dead": 1}
+    assert all(counts.recent[s] == 1 for s in RunState.values)
+
+
+def test_dead_letter_growth_compares_the_last_hour_with_the_one_before(schedule):
+    now = db_now()
+    recent = [make_run(schedule, RunState.DEAD) for _ in range(3)]
+    older = make_run(schedule, RunState.DEAD)
+    Run.objects.filter(id=older.id).update(finished_at=now - timedelta(minutes=90))
+    dl = stats.dead_letter()
+    assert (dl.size, dl.last_hour, dl.hour_before, dl.growth) == (4, 3, 1, 2)
+    assert recent
+
+
+def test_lease_expirations_and_unknown_outcomes_are_counted(schedule):
+    make_run(schedule, RunState.DEAD, outcome=AttemptOutcome.UNKNOWN, http_status=None)
+    make_run(schedule, RunState.DEAD)
+    f = stats.attempt_figures()
+    assert f.lease_expirations_last_hour == 1
+    assert f.unknown_last_day == 1
+    assert f.capped is False
+
+
+def test_per_tenant_in_flight_and_backlog_are_scoped(schedule, other_schedule):
+    make_run(schedule, RunState.LEASED)
+    make_run(schedule, RunState.READY)
+    make_run(other_schedule, RunState.READY)
+    all_ = {t.slug: (t.in_flight, t.backlog) for t in stats.per_tenant()}
+    assert all_ == {"acme": (1, 1), "globex": (0, 1)}
+    only = stats.per_tenant(tenant_ids=[schedule.tenant_id])
+    assert [t.slug for t in only] == ["acme"]
+
+
+def test_failing_targets_rank_by_failures_with_a_rate(schedule, other_schedule):
+    make_run(schedule, RunState.DEAD)
+    make_run(schedule, RunState.DEAD)
+    make_run(schedule, RunState.SUCCEEDED)
+    make_run(other_schedule, RunState.DEAD)
+    top = stats.failing_targets()
+    assert top[0].target_url.endswith("/hook")
+    assert (top[0].failed, top[0].attempts) == (2, 3)
+    assert top[1].target_url.endswith("/globex")
+
+
+def test_the_fingerprint_changes_only_when_the_figures_would(schedule):
+    fp = stats.fingerprint()
+    assert stats.fingerprint() == fp
+    make_run(schedule, RunState.DEAD)
+    assert stats.fingerprint() != fp
+
+
+def test_the_dashboard_is_plain_data_for_the_metrics_endpoint(schedule):
+    make_run(schedule, RunState.DEAD)
+    d = stats.dashboard()
+    data = stats.as_dict(d)
+    assert data["dead_letter"]["size"] == 1
+    assert data["states"]["live"]["dead"] == 1
