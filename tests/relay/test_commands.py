@@ -12,7 +12,9 @@ from runs.models import OutboxEvent
 from tests.relay.helpers import events_for, webhook_deliveries, with_webhook
 
 
-@pytest.mark.django_db
+# The command renames its database session (application_name), which reconnects: only a
+# committed database survives that.
+@pytest.mark.django_db(transaction=True)
 def test_relay_once_publishes_everything_due(tenant, target):
     with_webhook(tenant, target.url + "/events")
     events_for(tenant, target, 2)
