@@ -7,8 +7,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-# Django-dependent imports stay inside the fixtures so the pure suites (tests/timeexpr,
-# tests/safehttp) also run with `-p no:django`.
 
 
 class Target:
