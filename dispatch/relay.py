@@ -115,7 +115,12 @@ class Pending:
 def mark_without_webhook(*, limit: int = MARK_BATCH) -> int:
     """Mark published, without a call, the events of tenants that have no webhook."""
     now = db_now()
-    ids = OutboxEvent.objects.filter(published_at__isnull=True, tenant__notification_url="").values("id")[:limit]
+    # Never-tried events only: those are the head of outbox_relay_due_idx, so a webhook tenant's
+    # backlog (tried, waiting) is not walked. An event that waits for a retry when its tenant
+    # removes the webhook is published by the claim instead.
+    ids = OutboxEvent.objects.filter(
+        published_at__isnull=True, next_attempt_at__isnull=True, tenant__notification_url=""
+    ).values("id")[:limit]
     return OutboxEvent.objects.filter(id__in=ids, published_at__isnull=True).update(published_at=now)
 
 
@@ -126,7 +131,7 @@ def claim_events(limit: int, *, visibility_seconds: float) -> tuple[list[Pending
     due)."""
     with transaction.atomic():
         now = db_now()
-        base = OutboxEvent.objects.filter(published_at__isnull=True).exclude(tenant__notification_url="")
+        base = OutboxEvent.objects.filter(published_at__isnull=True)
         retry_limit = max(1, limit // 2)
         retry_ids = list(
             base.filter(next_attempt_at__lte=now)
@@ -137,6 +142,7 @@ def claim_events(limit: int, *, visibility_seconds: float) -> tuple[list[Pending
         fresh_limit = limit - len(retry_ids)
         fresh_ids = list(
             base.filter(next_attempt_at__isnull=True)
+            .exclude(tenant__notification_url="")
             .order_by("id")
             .select_for_update(skip_locked=True, of=("self",))
             .values_list("id", flat=True)[:fresh_limit]
@@ -155,6 +161,11 @@ def claim_events(limit: int, *, visibility_seconds: float) -> tuple[list[Pending
                          "tenant__notification_url", "tenant__signing_secret")
         )
         events = [Pending(*r, leased_until=leased_until) for r in rows]
+        # The tenant removed its webhook while these waited for a retry: nobody to tell.
+        orphans = [e.id for e in events if not e.url]
+        if orphans:
+            OutboxEvent.objects.filter(id__in=orphans).update(published_at=now, next_attempt_at=None)
+            events = [e for e in events if e.url]
     more = len(retry_ids) == retry_limit or (fresh_limit > 0 and len(fresh_ids) == fresh_limit)
     return events, more
 
