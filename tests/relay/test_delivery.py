@@ -83,3 +83,16 @@ def test_one_tenants_failing_webhook_does_not_hold_up_another(tenant, other_tena
     # one call to the failing webhook, not one per event
     assert len(webhook_deliveries(target, "/down")) == 1
     assert OutboxEvent.objects.filter(tenant=tenant, published_at__isnull=True).count() == 2
+
+
+def test_events_waiting_for_a_retry_are_published_when_the_webhook_is_removed(tenant, target, relay):
+    with_webhook(tenant, target.url + "/events")
+    events_for(tenant, target, 2)
+    target.status = 500
+    relay.step()
+    assert len(webhook_deliveries(target)) == 1
+    with_webhook(tenant, "")
+    OutboxEvent.objects.update(next_attempt_at=OutboxEvent.objects.first().created_at)  # due again
+    relay.step()
+    assert len(webhook_deliveries(target)) == 1  # nobody to call any more
+    assert not OutboxEvent.objects.filter(published_at__isnull=True).exists()
