@@ -45,6 +45,8 @@ class RunAdmin(ReadOnlyAdmin):
     actions = ["retry", "cancel"]
 
     def _each(self, request, queryset, fn, states, label):
+        # Counted before acting: afterwards the runs just changed would count as left alone.
+        skipped = queryset.exclude(state__in=states).count()
         done = 0
         for run in queryset.filter(state__in=states):
             try:
@@ -52,7 +54,6 @@ class RunAdmin(ReadOnlyAdmin):
                 done += 1
             except ServiceError as e:
                 self.message_user(request, f"{run.id}: {e.message}", level=messages.WARNING)
-        skipped = queryset.exclude(state__in=states).count()
         msg = f"{label} {done} run(s)"
         if skipped:
             msg += f"; {skipped} left alone (not in {'/'.join(states)})"

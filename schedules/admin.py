@@ -10,10 +10,20 @@ def admin_actor(request) -> Actor:
 
 
 class TargetPrefixInline(admin.TabularInline):
+    """Read here; changed on the portal's tenant page, which goes through
+    `schedules.tenants.add_target_prefix` / `remove_target_prefix` and so is audited."""
+
     model = TargetPrefix
     extra = 0
+    can_delete = False
     fields = ("prefix", "max_concurrency", "created_at")
-    readonly_fields = ("created_at",)
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Tenant)
@@ -21,7 +31,9 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "max_in_flight", "notification_url", "created_at")
     search_fields = ("slug", "name")
     inlines = [TargetPrefixInline]
-    readonly_fields = ("signing_secret", "created_at")
+    # The allowlist, webhook and in-flight cap change through the portal's tenant page (audited
+    # services); a direct admin edit would leave no audit entry.
+    readonly_fields = ("signing_secret", "notification_url", "max_in_flight", "created_at")
 
 
 @admin.register(TenantMembership)

@@ -41,10 +41,10 @@ def _view_name(request) -> str:
     return name if name in VIEWS else "dead"
 
 
-def _filtered(request, view_name):
-    qs, values = run_filters(request, scope(Run.objects.filter(**VIEWS[view_name]), request.user))
+def _filtered(request, view_name, params):
+    qs, values = run_filters(params, scope(Run.objects.filter(**VIEWS[view_name]), request.user))
     values.pop("state", None)
-    error = request.GET.get("error", "")
+    error = params.get("error", "")
     if error:
         qs = qs.filter(last_error__startswith=error)
         values["error"] = error
@@ -64,7 +64,7 @@ def _groups(qs):
 @portal_view
 def dlq(request):
     view_name = _view_name(request)
-    qs, values = _filtered(request, view_name)
+    qs, values = _filtered(request, view_name, request.GET)
     page = runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
     return render_view(request, "runs/dlq.html", {
         "view": view_name, "f": values, "groups": _groups(qs), "page": page,
@@ -78,10 +78,8 @@ def _targets(request, view_name, action):
     states the service accepts, inside the user's scope; capped at BULK_LIMIT."""
     _, states, _ = ACTIONS[action]
     if request.POST.get("scope") == "filter":
-        # The filter travels as the form's query string so the confirmation repeats it exactly.
-        request.GET = request.POST
-        qs, _ = _filtered(request, view_name)
-        base = qs
+        # The filter travels as hidden fields of the form, so the confirmation repeats it exactly.
+        base, _ = _filtered(request, view_name, request.POST)
     else:
         ids = [u for u in (parse_uuid(x) for x in request.POST.getlist("ids")) if u]
         base = scope(Run.objects.filter(id__in=ids), request.user)

@@ -3,7 +3,6 @@ attempt timeline and evidence; retry and cancel call `runs.services`."""
 
 from functools import reduce
 
-from django.contrib import messages
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -31,28 +30,29 @@ def _runs(request):
     return scope(Run.objects.all(), request.user)
 
 
-def run_filters(request, qs):
-    """The filters shared by the runs list and the dead-letter queue; returns (qs, values)."""
+def run_filters(params, qs):
+    """The filters shared by the runs list and the dead-letter queue, read from `params` (a query
+    string, or a bulk form that repeats one); returns (qs, values)."""
     values = {}
-    state = request.GET.get("state", "")
+    state = params.get("state", "")
     if state in RunState.values:
         qs = qs.filter(state=state)
         values["state"] = state
-    tenant = parse_uuid(request.GET.get("tenant"))
+    tenant = parse_uuid(params.get("tenant"))
     if tenant:
         qs = qs.filter(tenant_id=tenant)
         values["tenant"] = str(tenant)
-    schedule = parse_uuid(request.GET.get("schedule"))
+    schedule = parse_uuid(params.get("schedule"))
     if schedule:
         qs = qs.filter(schedule_id=schedule)
         values["schedule"] = str(schedule)
-    start, end = parse_when(request.GET.get("from")), parse_when(request.GET.get("to"))
+    start, end = parse_when(params.get("from")), parse_when(params.get("to"))
     if start:
         qs = qs.filter(scheduled_time__gte=start)
-        values["from"] = request.GET["from"]
+        values["from"] = params["from"]
     if end:
         qs = qs.filter(scheduled_time__lt=end)
-        values["to"] = request.GET["to"]
+        values["to"] = params["to"]
     return qs, values
 
 
@@ -89,7 +89,7 @@ def _tenant_ids_for_merge(request, values):
 
 @portal_view
 def run_list(request):
-    qs, values = run_filters(request, _runs(request))
+    qs, values = run_filters(request.GET, _runs(request))
     page = runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
     schedule = None
     if "schedule" in values:

@@ -63,7 +63,7 @@ def test_keyset_pages_cover_every_run_once_in_order(request, who, schedule, othe
     assert pages == -(-len(expected) // 4)
 
 
-def test_the_list_never_counts_the_runs_table(operator, schedule, django_assert_max_num_queries):
+def test_the_list_never_counts_the_runs_table(operator, schedule):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

@@ -1,8 +1,6 @@
 """Schedule pages: search, filters, detail (versions, next occurrences with DST notes, recent
 runs), and pause, resume, trigger now and backfill through the services."""
 
-from datetime import timedelta
-
 from django.urls import reverse
 
 from runs.models import Run, RunKind, RunState
