@@ -21,7 +21,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
@@ -97,6 +97,12 @@ class Keyset:
                 raise bad
             if value is None or (isinstance(value, datetime) and value.tzinfo is None):
                 raise bad
+            if isinstance(value, datetime):
+                # PostgreSQL refuses offsets past ±15:59 that Python accepts; UTC it always takes.
+                try:
+                    value = value.astimezone(timezone.utc)
+                except OverflowError:
+                    raise bad
             values.append(value)
         return values
 

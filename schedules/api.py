@@ -2,7 +2,7 @@
 every change is a service call, and every object is looked up inside the caller's tenant."""
 
 import uuid
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 from django.shortcuts import get_object_or_404
 from django.utils.dateparse import parse_datetime
@@ -151,7 +151,12 @@ def parse_instant(raw, name: str):
         value = None
     if value is None or value.tzinfo is None:
         raise ValidationFailed({name: ["must be an ISO 8601 date-time with an offset, e.g. 2026-03-08T07:00:00Z"]})
-    if not EARLIEST <= value < LATEST:
+    try:
+        # PostgreSQL refuses offsets past ±15:59 that ISO 8601 parsers accept; UTC it always takes.
+        value = value.astimezone(timezone.utc)
+    except OverflowError:
+        value = None
+    if value is None or not EARLIEST <= value < LATEST:
         raise ValidationFailed({name: ["must be between 1970-01-01T00:00:00Z and 3000-01-01T00:00:00Z"]})
     return value
 
