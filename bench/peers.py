@@ -53,7 +53,7 @@ def procrastinate_round(dsn, n, workers, concurrency):
     defer_s = peers(dsn, "defer", n)
     C.vacuum_analyze("procrastinate_jobs", "procrastinate_events")
     t = time.perf_counter()
-    procs = [subprocess.Popen([str(PEERS_PY), str(C.BENCH / "peers_procrastinate.py"), dsn, "work", concurrency, f"p{i}"],
+    procs = [subprocess.Popen([str(PEERS_PY), str(C.BENCH / "peers_procrastinate.py"), dsn, "work", str(concurrency), f"p{i}"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(workers)]
     for p in procs:
         _, err = p.communicate(timeout=900)

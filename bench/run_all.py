@@ -1,0 +1,56 @@
+"""Run the issue-7 benchmarks one after another (never two at once: they share 2 cores) and keep
+each one's output in bench/out/<name>.txt.
+
+    .venv/bin/python bench/run_all.py            # the full forms (about an hour on 2 cores)
+    .venv/bin/python bench/run_all.py --short    # CI-sized forms (a few minutes)
+    .venv/bin/python bench/run_all.py --only scanner,burst
+"""
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+PYTHON = BENCH.parent / ".venv" / "bin" / "python"
+
+# name: (full args, short args), in the order they run.
+PLAN = {
+    "scanner": ([], ["--schedules", "200000", "--repeats", "10", "--due-repeats", "2"]),
+    "queue_profile": ([], ["--runs", "5000", "--repeats", "2"]),
+    "burst": ([], ["--runs", "20000", "--repeats", "1"]),
+    "steady": ([], ["--seconds", "30", "--repeats", "1"]),
+    "fairness": ([], ["--big", "10000", "--repeats", "1"]),
+    "peers": ([], ["--jobs", "5000", "--rounds", "1"]),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--short", action="store_true")
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    names = [n for n in PLAN if not args.only or n in args.only.split(",")]
+    out = BENCH / "out"
+    out.mkdir(exist_ok=True)
+    failed = []
+    for name in names:
+        extra = PLAN[name][1 if args.short else 0]
+        print(f"=== {name} {' '.join(extra)}", flush=True)
+        t = time.monotonic()
+        with open(out / f"{name}.txt", "w") as log:
+            p = subprocess.Popen([str(PYTHON), str(BENCH / f"{name}.py"), *extra], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+            for line in p.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+            p.wait()
+        print(f"=== {name}: exit {p.returncode} after {time.monotonic() - t:.0f}s\n", flush=True)
+        if p.returncode:
+            failed.append(name)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
