@@ -40,7 +40,9 @@ CREATION_KINDS = ("run.created", "run.skipped")
 RESULT_KINDS = {
     "succeeded": ("run.succeeded",),
     "failed": ("run.retry_scheduled", "run.dead"),
-    "unknown": ("run.lease_expired",),
+    # unknown: the reconciler saw the lease expire, or the worker got no answer after sending
+    # (timeout, dropped connection) and reported it like a failure.
+    "unknown": ("run.lease_expired", "run.retry_scheduled", "run.dead"),
     "abandoned": ("run.released", "run.canceled"),
 }
 

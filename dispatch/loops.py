@@ -36,10 +36,10 @@ def install_signal_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def run_loop(step, *, stop: threading.Event, idle_seconds: float, name: str) -> None:
-    """Call `step()` until stopped; sleep `idle_seconds` (in short slices) when it reports idle.
-    An exception in a step is logged and the loop goes on: a dropped connection or one bad row
-    must not end the process."""
+def run_loop(step, *, stop: threading.Event, idle_seconds: float, name: str, wake: threading.Event | None = None) -> None:
+    """Call `step()` until stopped; when it reports idle, wait `idle_seconds` or until `wake` is
+    set (a LISTEN/NOTIFY wake-up). An exception in a step is logged and the loop goes on: a
+    dropped connection or one bad row must not end the process."""
     while not stop.is_set():
         try:
             close_old_connections()
@@ -53,7 +53,20 @@ def run_loop(step, *, stop: threading.Event, idle_seconds: float, name: str) -> 
             busy = False
             stop.wait(min(5.0, max(idle_seconds, 0.5)))
         if not busy:
-            stop.wait(idle_seconds)
+            if wake is None:
+                stop.wait(idle_seconds)
+            else:
+                _wait_either(stop, wake, idle_seconds)
+                wake.clear()
+
+
+def _wait_either(stop: threading.Event, wake: threading.Event, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not stop.is_set() and not wake.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        wake.wait(min(0.1, left))
 
 
 # --- the steps ------------------------------------------------------------------------------
@@ -67,6 +80,35 @@ def scan_step(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> b
     for sid, err in result.errors:
         log.error("schedule %s could not be scanned: %s", sid, err)
     return result.schedules >= batch
+
+
+class Scanner:
+    """The `scan` loop's step with database-leased shard ownership (see dispatch.sharding).
+    Without `shards`, every copy scans every due schedule it can lock."""
+
+    RECORD_EVERY = 5.0
+
+    def __init__(self, *, shards=None, prefer=None, holder="", batch=None, horizon_seconds=None):
+        self.shards, self.prefer, self.holder = shards, prefer, holder
+        self.batch, self.horizon_seconds = batch, horizon_seconds
+        self.held: list[int] = []
+        self.renewed_at = self.recorded_at = -1e9
+
+    def step(self) -> bool:
+        if not self.shards:
+            return scan_step(batch=self.batch, horizon_seconds=self.horizon_seconds)
+        from dispatch.sharding import SHARD_LEASE_SECONDS, hold_shards, record_pass
+
+        if time.monotonic() - self.renewed_at > SHARD_LEASE_SECONDS / 3:
+            self.held = hold_shards(self.holder, self.shards, self.prefer)
+            self.renewed_at = time.monotonic()
+        if not self.held:
+            return False
+        busy = scan_step(shards=self.shards, shard=self.held, batch=self.batch, horizon_seconds=self.horizon_seconds)
+        if not busy and time.monotonic() - self.recorded_at > self.RECORD_EVERY:
+            record_pass(self.shards, self.held)
+            self.recorded_at = time.monotonic()
+        return busy
 
 
 def reconcile_step(*, batch: int = 500) -> bool:

@@ -24,6 +24,7 @@ from django.db import close_old_connections, connection
 
 from dispatch import signing
 from dispatch.safehttp import SafeClient, client_from_settings
+from dispatch.wakeup import RUNS_CHANNEL, Listener
 from runs import queue
 from runs.queue import Claimed, Result
 from schedules.models import ScheduleVersion, Tenant
@@ -216,8 +217,10 @@ class Worker:
         self.stats["fenced"] += fenced
 
     async def flusher(self) -> None:
-        while True:
-            await asyncio.sleep(0.02)
+        # Never cancelled mid-flush (a cancelled executor call may never run, losing the batch):
+        # it is told to stop and awaited.
+        while not self._flusher_stop.is_set():
+            await self._wait(self._flusher_stop, 0.02)
             await self.flush()
 
     async def heartbeater(self) -> None:
@@ -241,9 +244,14 @@ class Worker:
 
     async def run(self, *, once: bool = False) -> dict:
         self._slot = asyncio.Event()
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        listener = None if once else Listener(RUNS_CHANNEL, lambda: loop.call_soon_threadsafe(self._wake.set)).start()
         own_client = self._client is None
         self.client = self._client or client_from_settings(limit=max(100, self.concurrency))
-        background = [asyncio.create_task(self.flusher()), asyncio.create_task(self.heartbeater())]
+        self._flusher_stop = asyncio.Event()
+        flusher = asyncio.create_task(self.flusher())
+        heartbeater = asyncio.create_task(self.heartbeater())
         try:
             while not self.stop.is_set():
                 free = self.concurrency - len(self.inflight)
@@ -254,6 +262,8 @@ class Worker:
                 try:
                     claims = await self.db(self._claim, min(free, self.batch))
                 except Exception:
+                    if once:
+                        raise  # a one-pass run reports the failure instead of retrying forever
                     log.exception("claim failed; backing off")
                     await asyncio.sleep(min(5.0, self.poll or 1.0))
                     continue
@@ -271,9 +281,15 @@ class Worker:
                     await self._sleep(self.poll)
             await self._shutdown()
         finally:
-            for t in background:
-                t.cancel()
-            await self.flush()
+            if listener:
+                listener.stop()
+            heartbeater.cancel()
+            self._flusher_stop.set()
+            await flusher
+            for _ in range(5):  # if the database stays away, lease expiry settles these as unknown
+                if not self.results:
+                    break
+                await self.flush()
             if own_client:
                 await self.client.close()
             self._db.submit(lambda: connection.close()).result()  # the db thread's own connection
@@ -287,9 +303,11 @@ class Worker:
             pass
 
     async def _sleep(self, seconds: float) -> None:
+        """Idle: wait for the poll interval, a NOTIFY wake-up, or shutdown, whichever is first."""
         end = time.monotonic() + seconds
-        while not self.stop.is_set() and time.monotonic() < end:
-            await asyncio.sleep(min(0.1, end - time.monotonic()))
+        while not self.stop.is_set() and not self._wake.is_set() and time.monotonic() < end:
+            await self._wait(self._wake, min(0.1, max(0.0, end - time.monotonic())))
+        self._wake.clear()
 
     async def _shutdown(self) -> None:
         """Stop claiming (done by the caller); give back runs not yet called; let calls in flight

@@ -90,6 +90,8 @@ class Run(models.Model):
     next_eligible_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True, default="")
+    # host:port of the version's target, for per-target concurrency budgets at claim time.
+    target_host = models.CharField(max_length=300, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     first_started_at = models.DateTimeField(null=True, blank=True)
@@ -104,6 +106,9 @@ class Run(models.Model):
             # The workers' claim: ready runs by eligibility time. Partial so the planner keeps to
             # the few ready rows however large the history grows.
             models.Index(fields=["next_eligible_at"], name="run_ready_idx", condition=Q(state="ready")),
+            # Tenant-fair claiming: which tenants have due runs (a skip scan over tenant_id), then
+            # each tenant's share of the batch in eligibility order.
+            models.Index(fields=["tenant", "next_eligible_at"], name="run_ready_tenant_idx", condition=Q(state="ready")),
             # The reconciler's expiry scan: leased runs by lease end.
             models.Index(fields=["lease_until"], name="run_leased_idx", condition=Q(state="leased")),
             # Dead-letter queue listing and its size.

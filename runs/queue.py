@@ -10,12 +10,14 @@
 Single-run manual transitions (retry, cancel) are in `runs.services`.
 """
 
+import itertools
 import random
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import (
     Case,
     CharField,
@@ -44,9 +46,11 @@ from runs.models import (
     RunState,
 )
 from schedules import timeexpr
-from schedules.models import Schedule, ScheduleStatus, ScheduleVersion, Tenant
+from schedules.models import Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
 from schedules.services import rule_for
+from schedules.targets import target_host
 from scheduler_project.dbclock import db_now
+from scheduler_project.notify import RUNS_CHANNEL, notify
 
 # A buffered run (overlap buffer_one) waits with this eligibility until the run before it ends.
 BUFFERED_UNTIL = datetime(2999, 1, 1, tzinfo=timezone.utc)
@@ -211,6 +215,7 @@ def build_run(schedule, version, occ: timeexpr.Occurrence, *, state, reason, eli
         state=state,
         reason=reason,
         max_attempts=version.max_attempts,
+        target_host=target_host(version.target_url),
         next_eligible_at=None if terminal else eligible_at,
         finished_at=now if terminal else None,
     )
@@ -242,13 +247,24 @@ def insert_runs(triples) -> list[Run]:
         r.occurrence_id = r.occurrence.id
     Run.objects.bulk_create([t[1] for t in kept], batch_size=1000)
     OutboxEvent.objects.bulk_create([t[2] for t in kept], batch_size=1000)
+    soon = datetime.now(timezone.utc) + timedelta(seconds=1)
+    if any(r.state == RunState.READY and r.next_eligible_at and r.next_eligible_at <= soon for _, r, _ in kept):
+        notify(RUNS_CHANNEL)
     return [t[1] for t in kept]
 
 
-def due_schedules(now, *, shards: int | None = None, shard: int | None = None, horizon=timedelta(0)):
-    qs = Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__lte=now + horizon)
+def due_schedules(now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
+    """Schedules with an occurrence due (or, for overlap `allow`, due within the horizon), in the
+    given shard(s) of `shards`. Range scan on schedule_due_idx: cost follows what is due."""
+    due = Q(next_run_at__lte=now)
+    if horizon:
+        # Overlap policies are decided when an occurrence is due, so only `allow` schedules are
+        # materialised ahead; the others would be picked up on every pass with nothing to make.
+        due |= Q(next_run_at__lte=now + horizon, current__overlap_policy="allow")
+    qs = Schedule.objects.filter(due, enabled=True, status=ScheduleStatus.ACTIVE)
     if shards:
-        qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard=shard)
+        wanted = [shard] if isinstance(shard, int) else list(shard)
+        qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard__in=wanted)
     return qs.order_by("next_run_at")
 
 
@@ -322,18 +338,147 @@ class Claimed:
     version_id: int
 
 
+class ClaimLimits:
+    """Per-tenant in-flight caps and per-target (tenant, host) budgets, re-read every few seconds
+    (an operator's change applies within that time)."""
+
+    TTL = 5.0
+
+    def __init__(self):
+        self.loaded_at = -1e9
+        self.tenant_caps: dict = {}
+        self.host_caps: dict = {}
+
+    def get(self):
+        if time.monotonic() - self.loaded_at > self.TTL:
+            self.tenant_caps = dict(
+                Tenant.objects.filter(max_in_flight__isnull=False).values_list("id", "max_in_flight")
+            )
+            host_caps = {}
+            for tenant_id, prefix, cap in TargetPrefix.objects.filter(max_concurrency__isnull=False).values_list(
+                "tenant_id", "prefix", "max_concurrency"
+            ):
+                key = (tenant_id, target_host(prefix))
+                host_caps[key] = min(cap, host_caps.get(key, cap))
+            self.host_caps = host_caps
+            self.loaded_at = time.monotonic()
+        return self.tenant_caps, self.host_caps
+
+
+_limits = ClaimLimits()
+_rotation = itertools.count()
+
+# Due tenants by a skip scan over run_ready_tenant_idx: one index probe per tenant with due runs,
+# however many runs each has.
+DUE_TENANTS_SQL = """
+WITH RECURSIVE t(tenant_id) AS (
+    (SELECT tenant_id FROM runs_run WHERE state = 'ready' AND next_eligible_at <= %(now)s
+     ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.tenant_id FROM runs_run r
+            WHERE r.state = 'ready' AND r.next_eligible_at <= %(now)s AND r.tenant_id > t.tenant_id
+            ORDER BY r.tenant_id LIMIT 1)
+    FROM t WHERE t.tenant_id IS NOT NULL
+)
+SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s
+"""
+
+# Each tenant's oldest due runs, locked; rows another worker holds are skipped, not waited for.
+CANDIDATES_SQL = """
+SELECT c.id, c.tenant_id, c.target_host
+FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
+CROSS JOIN LATERAL (
+    SELECT r.id, r.tenant_id, r.target_host FROM runs_run r
+    WHERE r.state = 'ready' AND r.tenant_id = t.tenant_id AND r.next_eligible_at <= %(now)s
+    ORDER BY r.next_eligible_at
+    LIMIT %(per_tenant)s
+    FOR UPDATE OF r SKIP LOCKED
+) c
+ORDER BY t.pos
+"""
+
+
+def _candidates(now, limit: int) -> list[tuple]:
+    """(run id, tenant id, target host) of due ready runs, locked, several per tenant, tenants
+    in a rotating order so that no tenant is always served first."""
+    if connection.vendor != "postgresql":
+        # The embedded database has one writer at a time (IMMEDIATE transactions): no row locks,
+        # and no fleet to be fair across; oldest first is enough.
+        return list(
+            Run.objects.filter(state=RunState.READY, next_eligible_at__lte=now)
+            .order_by("next_eligible_at")
+            .values_list("id", "tenant_id", "target_host")[: limit * 2]
+        )
+    with connection.cursor() as cur:
+        cur.execute(DUE_TENANTS_SQL, {"now": now, "max_tenants": 10_000})
+        tenants = [row[0] for row in cur.fetchall()]
+        if not tenants:
+            return []
+        shift = next(_rotation) % len(tenants)
+        tenants = (tenants[shift:] + tenants[:shift])[:limit]
+        # Twice a fair share each, so capacity one tenant cannot use (caps, budgets, too few
+        # runs) goes to the others in the same transaction.
+        per_tenant = 2 * -(-limit // len(tenants))
+        cur.execute(CANDIDATES_SQL, {"tenants": tenants, "now": now, "per_tenant": per_tenant})
+        return cur.fetchall()
+
+
+def _pick(candidates, limit: int) -> list:
+    """Round-robin across tenants up to `limit`, within each tenant's in-flight cap and each
+    (tenant, host) budget. Runs not picked stay ready: nothing claimed waits inside a worker."""
+    tenant_caps, host_caps = _limits.get()
+    by_tenant: dict = {}
+    for row in candidates:
+        by_tenant.setdefault(row[1], []).append(row)
+    room_tenant, room_host = {}, {}
+    capped = [t for t in by_tenant if t in tenant_caps]
+    budgeted = {k for k in host_caps if k[0] in by_tenant}
+    if capped:
+        leased = dict(
+            Run.objects.filter(state=RunState.LEASED, tenant_id__in=capped)
+            .values_list("tenant_id").annotate(n=Count("id")).values_list("tenant_id", "n")
+        )
+        room_tenant = {t: tenant_caps[t] - leased.get(t, 0) for t in capped}
+    if budgeted:
+        rows = (
+            Run.objects.filter(state=RunState.LEASED, tenant_id__in={k[0] for k in budgeted},
+                               target_host__in={k[1] for k in budgeted})
+            .values_list("tenant_id", "target_host").annotate(n=Count("id"))
+        )
+        leased_hosts = {(t, h): n for t, h, n in rows}
+        room_host = {k: host_caps[k] - leased_hosts.get(k, 0) for k in budgeted}
+    picked = []
+    queues = [iter(v) for v in by_tenant.values()]
+    while queues and len(picked) < limit:
+        still = []
+        for q in queues:
+            for row in q:
+                tenant, host = row[1], (row[1], row[2])
+                if room_tenant.get(tenant, 1) <= 0:
+                    break  # this tenant is at its cap: drop its queue
+                if room_host.get(host, 1) <= 0:
+                    continue  # this target is at its budget: try the tenant's next run
+                picked.append(row[0])
+                if tenant in room_tenant:
+                    room_tenant[tenant] -= 1
+                if host in room_host:
+                    room_host[host] -= 1
+                still.append(q)
+                break
+            if len(picked) >= limit:
+                break
+        queues = still
+    return picked
+
+
 def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None) -> list[Claimed]:
-    """Lease up to `limit` ready, due runs in one short transaction: lock with SKIP LOCKED, bump
+    """Lease up to `limit` ready, due runs in one short transaction: lock candidates with SKIP
+    LOCKED (tenants in rotation, each with a share of the batch, within caps and budgets), bump
     the generation, set the lease from the database clock, open the attempt, write the event."""
     lease = timedelta(seconds=lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
     with transaction.atomic():
         now = db_now()
-        ids = list(
-            Run.objects.filter(state=RunState.READY, next_eligible_at__lte=now)
-            .order_by("next_eligible_at")
-            .select_for_update(skip_locked=True)
-            .values_list("id", flat=True)[:limit]
-        )
+        ids = _pick(_candidates(now, limit), limit)
         if not ids:
             return []
         Run.objects.filter(id__in=ids).update(

@@ -11,6 +11,7 @@ from runs.models import Reason, Run, RunKind, RunState
 from runs.queue import MAX_OCCURRENCES_PER_PASS, ONE_US, build_run, insert_runs
 from runs.services import cancel_unstarted
 from scheduler_project.dbclock import db_now
+from scheduler_project.notify import SCHEDULES_CHANNEL, notify
 from scheduler_project.errors import Conflict, StaleVersion, ValidationFailed
 from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus
@@ -94,6 +95,7 @@ def _resume(schedule: Schedule, *, by: Actor, now: datetime) -> None:
         if schedule.next_run_at is None:
             schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
     schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "status", "completed_at", "updated_at"])
+    notify(SCHEDULES_CHANNEL)
     audit("schedule.resume", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before={"enabled": False}, after={"enabled": True, "nextRunAt": schedule.next_run_at and schedule.next_run_at.isoformat()})
 

@@ -4,9 +4,10 @@ and the commands alike. Batched loop transitions are in `runs.queue`."""
 from django.db import transaction
 
 from runs.models import TERMINAL_STATES, Attempt, AttemptOutcome, OutboxEvent, Reason, Run, RunState
-from runs.queue import event
+from runs.queue import event, release_buffered
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import Conflict
+from scheduler_project.notify import RUNS_CHANNEL, notify
 from schedules.services import Actor, audit
 
 RETRYABLE_FROM = (RunState.DEAD, RunState.CANCELED)
@@ -37,6 +38,7 @@ def retry_run(run, *, by: Actor) -> Run:
     run.save(update_fields=["state", "reason", "next_eligible_at", "finished_at", "attempts_used", "retried_by",
                             "retried_at", "updated_at"])
     OutboxEvent.objects.create(**_event_fields(event(run.id, run.tenant_id, "run.retried", state="ready", by=by.name)))
+    notify(RUNS_CHANNEL)
     audit("run.retry", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": "ready"})
     return run
@@ -73,6 +75,8 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
     )
     audit("run.cancel", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": "canceled", "reason": reason})
+    # A run buffered behind this one (overlap buffer_one) may start now.
+    release_buffered({run.schedule_id}, now)
     return run
 
 

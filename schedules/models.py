@@ -136,7 +136,8 @@ class Schedule(models.Model):
     # The next instant to materialise; None when nothing more will ever be due.
     next_run_at = models.DateTimeField(null=True, blank=True)
     shard = models.PositiveSmallIntegerField(default=0)
-    # Where the rule is computed from: startAt, else creation, else the moment of the last resume.
+    # Where the rule is computed from: startAt, else creation. A resume keeps it (a rate()
+    # schedule keeps its phase); the next occurrence is computed from the moment of resume.
     anchor_at = models.DateTimeField()
     last_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 
 from scheduler_project.errors import PayloadTooLarge, ValidationFailed
+from scheduler_project.notify import SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
 from schedules.targets import url_allowed
@@ -193,6 +194,7 @@ def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = T
     schedule.current = version
     schedule.save(update_fields=["current"])
     audit("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant, after=jsonable(fields))
+    notify(SCHEDULES_CHANNEL)
     return schedule
 
 

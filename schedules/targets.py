@@ -147,3 +147,13 @@ def url_allowed(url: str, prefixes: Iterable[str]) -> bool:
     except TargetRefused:
         return False
     return _parsed_url_allowed(parsed, prefixes)
+
+
+@functools.lru_cache(maxsize=20_000)
+def target_host(url: str) -> str:
+    """host:port of a target URL, the key of per-target concurrency budgets."""
+    try:
+        parsed = _parse_url(url)
+    except TargetRefused:
+        return ""
+    return f"{_norm_host(parsed.raw_host or '')}:{parsed.port}"

@@ -1,0 +1,25 @@
+"""Migration operations that keep a busy database writable while they run."""
+
+from django.db import migrations
+
+
+class AddIndexConcurrently(migrations.AddIndex):
+    """CREATE INDEX CONCURRENTLY on PostgreSQL (a plain build would block every loop's writes to
+    the table for as long as it takes on hundreds of millions of rows); a plain index elsewhere.
+    The migration using it must set `atomic = False`."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            if schema_editor.connection.vendor == "postgresql":
+                schema_editor.execute(self.index.create_sql(model, schema_editor, concurrently=True))
+            else:
+                schema_editor.add_index(model, self.index)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            if schema_editor.connection.vendor == "postgresql":
+                schema_editor.execute(self.index.remove_sql(model, schema_editor, concurrently=True))
+            else:
+                schema_editor.remove_index(model, self.index)
