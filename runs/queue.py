@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     Case,
+    Count,
     CharField,
     DateTimeField,
     DurationField,

@@ -1,0 +1,124 @@
+"""Tenant-fair claiming, per-tenant in-flight caps, per-target budgets, shard leases, wake-ups."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from dispatch.loops import Scanner, drain, scan_step
+from dispatch.models import ShardLease
+from runs import queue
+from runs.models import Run
+from schedules.models import Schedule, TargetPrefix
+from schedules.tenants import create_tenant
+from scheduler_project.dbclock import db_now
+from tests.helpers import make_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def backlog(tenant, url, schedules, per_schedule):
+    now = db_now().replace(microsecond=0)
+    ids = []
+    for i in range(schedules):
+        s = make_schedule(tenant, f"{url}/b{i}", misfire_policy="catch_up", catchup_limit=10_000)
+        ids.append(s.id)
+    start = now - timedelta(minutes=per_schedule - 1)
+    Schedule.objects.filter(id__in=ids).update(next_run_at=start, anchor_at=start)
+    drain(scan_step)
+
+
+@pytest.fixture(autouse=True)
+def fresh_limits():
+    queue._limits.loaded_at = -1e9  # caps and budgets are cached for a few seconds per process
+
+
+def test_a_small_tenant_is_served_in_the_first_batch_beside_a_huge_backlog(tenant, other_tenant, target):
+    backlog(tenant, target.url, 20, 50)  # 1,000 runs, all older than the small tenant's
+    backlog(other_tenant, target.url, 1, 3)
+    claimed = queue.claim("w", 20)
+    by_tenant = {}
+    for c in claimed:
+        by_tenant[c.tenant_id] = by_tenant.get(c.tenant_id, 0) + 1
+    assert by_tenant[other_tenant.id] == 3  # all of it, though the big tenant's runs are older
+    assert by_tenant[tenant.id] == 17  # capacity the small tenant cannot use goes to the other
+
+
+def test_each_tenant_gets_an_equal_share_when_both_have_plenty(tenant, other_tenant, target):
+    backlog(tenant, target.url, 5, 40)
+    backlog(other_tenant, target.url, 5, 40)
+    claimed = queue.claim("w", 50)
+    counts = {tenant.id: 0, other_tenant.id: 0}
+    for c in claimed:
+        counts[c.tenant_id] += 1
+    assert counts == {tenant.id: 25, other_tenant.id: 25}
+
+
+def test_a_tenants_in_flight_cap_holds_across_claims_and_the_rest_stays_ready(tenant, other_tenant, target):
+    type(tenant).objects.filter(id=tenant.id).update(max_in_flight=7)
+    backlog(tenant, target.url, 2, 30)
+    backlog(other_tenant, target.url, 1, 30)
+    first = queue.claim("w1", 100)
+    second = queue.claim("w2", 100)
+    leased = Run.objects.filter(state="leased", tenant=tenant).count()
+    assert leased == 7
+    assert sum(1 for c in first + second if c.tenant_id == tenant.id) == 7
+    assert Run.objects.filter(state="leased", tenant=other_tenant).count() == 30
+    assert Run.objects.filter(state="ready", tenant=tenant).count() == 60 - 7
+
+
+def test_a_target_budget_limits_concurrent_calls_to_that_host(tenant, target):
+    TargetPrefix.objects.filter(tenant=tenant).update(max_concurrency=4)
+    backlog(tenant, target.url, 3, 10)
+    assert len(queue.claim("w", 100)) == 4
+    assert queue.claim("w", 100) == []
+    assert Run.objects.filter(state="leased").count() == 4
+
+
+def test_sharded_scanners_split_the_shards_and_take_over_a_dead_ones(tenant, target):
+    now = db_now().replace(microsecond=0)
+    ids = [make_schedule(tenant, f"{target.url}/s{i}").id for i in range(40)]
+    Schedule.objects.filter(id__in=ids).update(next_run_at=now, anchor_at=now - timedelta(minutes=1))
+    a = Scanner(shards=2, prefer=0, holder="scan-a")
+    drain(a.step)
+    assert a.held == [0, 1]  # nobody held shard 1 yet, so copy A borrowed it
+    b = Scanner(shards=2, prefer=1, holder="scan-b")
+    b.step()
+    assert b.held == [1]  # B takes its preferred shard back
+    a.renewed_at = -1e9
+    a.step()
+    assert a.held == [0]
+    assert Run.objects.count() == 40  # every due schedule made its run exactly once
+    # B dies: once its lease runs out, A borrows shard 1 again.
+    ShardLease.objects.filter(shard=1).update(lease_until=now - timedelta(seconds=1))
+    a.renewed_at = -1e9
+    a.step()
+    assert a.held == [0, 1]
+    lease = ShardLease.objects.get(shards=2, shard=1)
+    assert lease.holder == "scan-a" and lease.borrowed
+
+
+def test_a_notify_wakes_an_idle_worker_before_its_poll_interval(tenant, target):
+    from dispatch.worker import run_worker
+
+    stop = threading.Event()
+    t = threading.Thread(target=run_worker, args=("w-idle",), kwargs={"stop": stop, "poll_seconds": 30})
+    t.start()
+    try:
+        time.sleep(1.5)  # the worker has polled once, found nothing, and sleeps for 30 s
+        s = make_schedule(tenant, target.url + "/wake")
+        from runs.schedule_actions import trigger_schedule
+        from tests.helpers import ACTOR
+
+        run = trigger_schedule(s, by=ACTOR)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            run.refresh_from_db()
+            if run.state == "succeeded":
+                break
+            time.sleep(0.1)
+        assert run.state == "succeeded"  # well before the 30 s poll: the NOTIFY woke it
+    finally:
+        stop.set()
+        t.join(15)
