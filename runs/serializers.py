@@ -1,10 +1,12 @@
 """API shapes for runs and attempts: camelCase on the wire, UTC times with `Z`."""
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from runs.models import Attempt, AttemptOutcome, Run, RunKind, RunState
 
 
+@extend_schema_serializer(component_name="Attempt")
 class AttemptOut(serializers.Serializer):
     generation = serializers.IntegerField()
     workerId = serializers.CharField(source="worker_id", allow_blank=True)
@@ -21,6 +23,7 @@ class AttemptOut(serializers.Serializer):
     lateResult = serializers.JSONField(source="late_result", allow_null=True)
 
 
+@extend_schema_serializer(component_name="Run")
 class RunOut(serializers.Serializer):
     id = serializers.UUIDField()
     scheduleId = serializers.UUIDField(source="schedule_id")

@@ -9,6 +9,7 @@ import re
 from datetime import datetime, timezone
 
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleStatus
@@ -69,6 +70,7 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+@extend_schema_serializer(component_name="Target")
 class TargetIn(StrictSerializer):
     url = serializers.CharField(max_length=2000)
     method = serializers.ChoiceField(choices=_uniq(TARGET_METHODS), required=False)
@@ -88,17 +90,20 @@ class TargetIn(StrictSerializer):
         return headers
 
 
+@extend_schema_serializer(component_name="RetryPolicy")
 class RetryPolicyIn(StrictSerializer):
     maxAttempts = serializers.IntegerField(min_value=1, max_value=100, required=False)
     backoffBaseSeconds = serializers.FloatField(min_value=0.001, max_value=86400 * 7, required=False)
     backoffMaxSeconds = serializers.FloatField(min_value=0.001, max_value=86400 * 7, required=False)
 
 
+@extend_schema_serializer(component_name="DstPolicy")
 class DstPolicyIn(StrictSerializer):
     skipped = serializers.ChoiceField(choices=_uniq(SKIPPED_CHOICES), required=False)
     repeated = serializers.ChoiceField(choices=_uniq(REPEATED_CHOICES), required=False)
 
 
+@extend_schema_serializer(component_name="ScheduleCreate")
 class ScheduleIn(StrictSerializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     expression = serializers.CharField(max_length=2000, help_text="cron, RRULE, at(...) or rate(...)")
@@ -116,6 +121,7 @@ class ScheduleIn(StrictSerializer):
     endAt = UtcDateTimeField(required=False, allow_null=True)
 
 
+@extend_schema_serializer(component_name="ScheduleEdit")
 class SchedulePatchIn(ScheduleIn):
     expectedVersion = serializers.IntegerField(
         min_value=1, max_value=2**31 - 1, help_text="the version this edit was made against; 409 if stale"
@@ -159,6 +165,7 @@ def to_fields(data: dict) -> dict:
     return out
 
 
+@extend_schema_serializer(component_name="Target")
 class TargetOut(serializers.Serializer):
     url = serializers.CharField(source="target_url")
     method = serializers.CharField(source="target_method")
@@ -166,17 +173,20 @@ class TargetOut(serializers.Serializer):
     timeoutSeconds = serializers.IntegerField(source="target_timeout_seconds")
 
 
+@extend_schema_serializer(component_name="RetryPolicy")
 class RetryPolicyOut(serializers.Serializer):
     maxAttempts = serializers.IntegerField(source="max_attempts")
     backoffBaseSeconds = serializers.FloatField(source="backoff_base_seconds")
     backoffMaxSeconds = serializers.FloatField(source="backoff_max_seconds")
 
 
+@extend_schema_serializer(component_name="DstPolicy")
 class DstPolicyOut(serializers.Serializer):
     skipped = serializers.CharField(source="dst_skipped")
     repeated = serializers.CharField(source="dst_repeated")
 
 
+@extend_schema_serializer(component_name="Schedule")
 class ScheduleOut(serializers.Serializer):
     id = serializers.UUIDField()
     name = serializers.CharField(allow_blank=True)
@@ -207,6 +217,7 @@ def schedule_json(schedule: Schedule) -> dict:
     return ScheduleOut(schedule).data
 
 
+@extend_schema_serializer(component_name="Backfill")
 class BackfillIn(StrictSerializer):
     to = UtcDateTimeField(help_text="end of the range (exclusive)")
     # "from" is a Python keyword, so it cannot be written as a class attribute; the class body's
@@ -214,10 +225,12 @@ class BackfillIn(StrictSerializer):
     locals()["from"] = UtcDateTimeField(help_text="start of the range (inclusive)")
 
 
+@extend_schema_serializer(component_name="BackfillResult")
 class BackfillOut(serializers.Serializer):
     runs = serializers.IntegerField(help_text="runs made (instants that already had a run are left alone)")
 
 
+@extend_schema_serializer(component_name="Occurrence")
 class OccurrenceOut(serializers.Serializer):
     at = serializers.DateTimeField(help_text="the instant, UTC")
     local = serializers.CharField(help_text="the instant in the schedule's zone, with its offset")
@@ -231,10 +244,12 @@ def occurrence_json(wire: dict) -> dict:
             "dropped": bool(wire.get("dropped"))}
 
 
+@extend_schema_serializer(component_name="OccurrenceList")
 class OccurrencesOut(serializers.Serializer):
     occurrences = OccurrenceOut(many=True)
 
 
+@extend_schema_serializer(component_name="ExpressionPreview")
 class ExpressionPreviewIn(StrictSerializer):
     expression = serializers.CharField(max_length=2000)
     timeZone = serializers.CharField(max_length=64)
@@ -245,10 +260,12 @@ class ExpressionPreviewIn(StrictSerializer):
     )
 
 
+@extend_schema_serializer(component_name="ApiKeyCreate")
 class ApiKeyIn(StrictSerializer):
     label = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 
+@extend_schema_serializer(component_name="ApiKey")
 class ApiKeyOut(serializers.Serializer):
     id = serializers.UUIDField()
     prefix = serializers.CharField(help_text="the key's first characters, to recognise it")
@@ -261,10 +278,12 @@ class ApiKeyOut(serializers.Serializer):
     revokedAt = serializers.DateTimeField(source="revoked_at", allow_null=True)
 
 
+@extend_schema_serializer(component_name="NewApiKey")
 class ApiKeyCreatedOut(ApiKeyOut):
     key = serializers.CharField(help_text="the key itself: shown this once, stored only as a hash")
 
 
+@extend_schema_serializer(component_name="AuditEntry")
 class AuditEntryOut(serializers.Serializer):
     id = serializers.CharField()
     at = serializers.DateTimeField()
@@ -280,10 +299,12 @@ class AuditEntryOut(serializers.Serializer):
 # --- error bodies, for the OpenAPI document ------------------------------------------------------
 
 
+@extend_schema_serializer(component_name="Error")
 class ErrorOut(serializers.Serializer):
     error = serializers.CharField(help_text="what went wrong and what to do about it")
 
 
+@extend_schema_serializer(component_name="BadRequest")
 class BadRequestOut(serializers.Serializer):
     error = serializers.CharField(required=False, help_text="a body that is not usable JSON")
     errors = serializers.DictField(
@@ -293,11 +314,13 @@ class BadRequestOut(serializers.Serializer):
     )
 
 
+@extend_schema_serializer(component_name="Conflict")
 class ConflictOut(ErrorOut):
     currentVersion = serializers.IntegerField(required=False, help_text="on a stale expectedVersion")
     state = serializers.CharField(required=False, help_text="the run's (or schedule's) current state")
     status = serializers.CharField(required=False, help_text="the schedule's status")
 
 
+@extend_schema_serializer(component_name="RateLimited")
 class RateLimitedOut(ErrorOut):
     retryAfter = serializers.IntegerField(help_text="seconds; also in the Retry-After header")
