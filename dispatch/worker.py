@@ -24,7 +24,10 @@ from django.db import close_old_connections, connection
 
 from dispatch import signing
 from dispatch.safehttp import SafeClient, client_from_settings
+from dispatch.metrics import BATCH_BUCKETS
+from dispatch.models import WorkerStat
 from dispatch.wakeup import RUNS_CHANNEL, Listener
+from scheduler_project.dbclock import db_now
 from runs import queue
 from runs.queue import Claimed, Result
 from schedules.models import ScheduleVersion, Tenant
@@ -127,7 +130,10 @@ class Worker:
         self.claims: dict[tuple, Claimed] = {}
         self.calling: set[tuple] = set()
         self.results: list[Result] = []
-        self.stats = {"claimed": 0, "applied": 0, "fenced": 0, "abandoned": 0, "released": 0}
+        self.stats = {"claimed": 0, "applied": 0, "fenced": 0, "abandoned": 0, "released": 0, "claims": 0,
+                      "empty_claims": 0}
+        self.batch_buckets = {b: 0 for b in BATCH_BUCKETS}
+        self.started_at = None
 
     # -- database steps, all on the worker's one database thread ---------------------------
 
@@ -223,6 +229,30 @@ class Worker:
             await self._wait(self._flusher_stop, 0.02)
             await self.flush()
 
+    def _save_stats(self) -> None:
+        now = db_now()
+        WorkerStat.objects.update_or_create(
+            worker_id=self.worker_id,
+            defaults={
+                "started_at": self.started_at or now, "seen_at": now, "claims": self.stats["claims"],
+                "empty_claims": self.stats["empty_claims"], "claimed_runs": self.stats["claimed"],
+                "batch_buckets": dict(self.batch_buckets), "abandoned": self.stats["abandoned"],
+                "fenced_results": self.stats["fenced"],
+            },
+        )
+        if self.started_at is None:
+            self.started_at = now
+
+    async def stats_saver(self) -> None:
+        """Counters for /metrics, written every few seconds (a restarted worker starts a new row:
+        its worker id includes its pid)."""
+        while True:
+            try:
+                await self.db(self._save_stats)
+            except Exception:
+                log.warning("could not save worker counters; will retry", exc_info=True)
+            await asyncio.sleep(5.0)
+
     async def heartbeater(self) -> None:
         interval = max(0.5, self.lease_seconds / 3)
         while True:
@@ -252,6 +282,7 @@ class Worker:
         self._flusher_stop = asyncio.Event()
         flusher = asyncio.create_task(self.flusher())
         heartbeater = asyncio.create_task(self.heartbeater())
+        saver = None if once else asyncio.create_task(self.stats_saver())
         try:
             while not self.stop.is_set():
                 free = self.concurrency - len(self.inflight)
@@ -268,6 +299,13 @@ class Worker:
                     await asyncio.sleep(min(5.0, self.poll or 1.0))
                     continue
                 self.stats["claimed"] += len(claims)
+                self.stats["claims"] += 1
+                if claims:
+                    for b in BATCH_BUCKETS:
+                        if b == "+Inf" or len(claims) <= int(b):
+                            self.batch_buckets[b] += 1
+                else:
+                    self.stats["empty_claims"] += 1
                 for c in claims:
                     self._spawn(c)
                 if claims:
@@ -284,6 +322,8 @@ class Worker:
             if listener:
                 listener.stop()
             heartbeater.cancel()
+            if saver:
+                saver.cancel()
             self._flusher_stop.set()
             await flusher
             for _ in range(5):  # if the database stays away, lease expiry settles these as unknown

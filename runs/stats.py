@@ -81,10 +81,10 @@ class Lag:
     window_seconds: int
 
 
-def scheduled_to_start_lag(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> Lag:
-    """Lag from scheduled time to first start, over first attempts started in the last 15 minutes.
-    Backfills are left out: their scheduled times are in the past on purpose.
-    Cost: the bounded attempts tail joined to runs by primary key."""
+def lag_samples(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> tuple[list, list]:
+    """Scheduled-to-start lags (seconds, sorted) of first attempts started in the last 15
+    minutes, and of those in the last minute. Backfills are left out: their scheduled times are
+    in the past on purpose. Cost: the bounded attempts tail joined to runs by primary key."""
     now = now or db_now()
     floor = recent_attempt_floor() if floor is None else floor
     rows = (
@@ -101,6 +101,13 @@ def scheduled_to_start_lag(*, tenant_ids=None, now: datetime | None = None, floo
             recent.append(lag)
     lags.sort()
     recent.sort()
+    return lags, recent
+
+
+def scheduled_to_start_lag(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> Lag:
+    """Lag from scheduled time to first start: now (median over the last minute) and p50/p99
+    over the last 15 minutes."""
+    lags, recent = lag_samples(tenant_ids=tenant_ids, now=now, floor=floor)
     return Lag(
         now_seconds=percentile(recent, 0.5),
         p50_seconds=percentile(lags, 0.5),

@@ -188,7 +188,9 @@ def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = T
     if next_at is None:
         # A one-time at() in the past: nothing will ever fire; say so instead of storing a dead rule.
         raise ValidationFailed({"expression": ["this at() time is already past"]})
-    schedule.next_run_at = next_at
+    # Created paused: nothing is due until it is resumed, which computes from that moment.
+    schedule.next_run_at = next_at if enabled else None
+    schedule.paused_at = None if enabled else now
     schedule.save()
     version = _new_version(schedule, 1, fields, by, changes={})
     schedule.current = version

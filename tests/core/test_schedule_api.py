@@ -69,3 +69,10 @@ def test_bad_input_is_a_400_with_a_field_error_and_stores_nothing(api, target, o
 def test_malformed_json_is_a_400_not_a_500(api):
     r = api.post("/api/v1/schedules", data="{not json", content_type="application/json")
     assert r.status_code == 400 and "JSON" in r.json()["error"]
+
+
+def test_a_schedule_created_paused_has_no_next_run_until_resumed(api, target):
+    s = create(api, target, enabled=False).json()
+    assert s["enabled"] is False and s["nextRunAt"] is None
+    r = api.patch(f"/api/v1/schedules/{s['id']}", {"expectedVersion": 1, "enabled": True}, format="json")
+    assert r.status_code == 200 and r.json()["enabled"] is True and r.json()["nextRunAt"].endswith(":30:00Z")

@@ -1,0 +1,177 @@
+"""Prometheus metrics at /metrics, computed from the database at scrape time.
+
+Every figure is read from PostgreSQL when Prometheus scrapes (through runs.stats, the module the
+portal dashboard uses, plus the loops' own rows: worker counters and shard leases), so any of
+several gunicorn workers answers the same thing and nothing is lost when a process restarts.
+Queries are the bounded, index-backed ones of runs.stats; a scrape costs a few milliseconds.
+"""
+
+import ipaddress
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Min, Sum
+from django.http import HttpResponse, HttpResponseForbidden
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.registry import CollectorRegistry
+
+from dispatch.models import ShardLease, WorkerStat
+from runs import stats
+from runs.models import Attempt, AttemptOutcome, OutboxEvent
+from scheduler_project.dbclock import db_now
+
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+BATCH_BUCKETS = ("1", "10", "25", "50", "100", "250", "500", "1000", "+Inf")
+
+
+def _cumulative(sorted_values, bounds):
+    out, i = [], 0
+    for b in bounds:
+        while i < len(sorted_values) and sorted_values[i] <= b:
+            i += 1
+        out.append((str(b), i))
+    out.append(("+Inf", len(sorted_values)))
+    return out
+
+
+class SchedulerCollector:
+    def collect(self):
+        now = db_now()
+        floor = stats.recent_attempt_floor()
+
+        lags, _ = stats.lag_samples(now=now, floor=floor)
+        yield GaugeHistogramMetricFamily(
+            "scheduler_start_lag_seconds",
+            "Scheduled-to-start lag of first attempts started in the last 15 minutes",
+            buckets=_cumulative(lags, LAG_BUCKETS),
+            gsum_value=sum(lags),
+        )
+        for q in (0.5, 0.99):
+            g = GaugeMetricFamily(f"scheduler_start_lag_p{int(q * 100)}_seconds",
+                                  f"p{int(q * 100)} scheduled-to-start lag over the last 15 minutes")
+            g.add_metric([], stats.percentile(lags, q) or 0.0)
+            yield g
+
+        od = stats.overdue(now=now)
+        g = GaugeMetricFamily("scheduler_oldest_overdue_seconds", "Age of the oldest ready run past its eligibility")
+        g.add_metric([], od.age_seconds or 0.0)
+        yield g
+        g = GaugeMetricFamily("scheduler_overdue_runs", "Ready runs past their eligibility (the backlog)")
+        g.add_metric([], od.count)
+        yield g
+
+        st = stats.runs_by_state(now=now)
+        g = GaugeMetricFamily("scheduler_runs", "Runs that are work or need a person, by state", labels=["state"])
+        for state, n in st.live.items():
+            g.add_metric([state], n)
+        yield g
+        g = GaugeMetricFamily("scheduler_runs_last_hour", "Runs scheduled in the last hour, by state", labels=["state"])
+        for state, n in st.recent.items():
+            g.add_metric([state], n)
+        yield g
+
+        dl = stats.dead_letter(now=now)
+        g = GaugeMetricFamily("scheduler_dead_letter_size", "Runs in the dead-letter queue")
+        g.add_metric([], dl.size)
+        yield g
+        g = GaugeMetricFamily("scheduler_dead_letter_added_last_hour", "Runs that went dead in the last hour")
+        g.add_metric([], dl.last_hour)
+        yield g
+
+        af = stats.attempt_figures(now=now, floor=floor)
+        g = GaugeMetricFamily("scheduler_lease_expirations_last_hour", "Leases that expired in the last hour")
+        g.add_metric([], af.lease_expirations_last_hour)
+        yield g
+        g = GaugeMetricFamily("scheduler_unknown_attempts_last_day", "Attempts whose outcome is unknown, last 24 h")
+        g.add_metric([], af.unknown_last_day)
+        yield g
+        oldest_unknown = (
+            Attempt.objects.filter(id__gte=floor, outcome=AttemptOutcome.UNKNOWN, finished_at__gt=now - timedelta(days=1))
+            .aggregate(m=Min("finished_at"))["m"]
+        )
+        g = GaugeMetricFamily("scheduler_unknown_attempt_oldest_age_seconds",
+                              "Age of the oldest unknown-outcome attempt of the last 24 h")
+        g.add_metric([], (now - oldest_unknown).total_seconds() if oldest_unknown else 0.0)
+        yield g
+
+        inflight = GaugeMetricFamily("scheduler_tenant_in_flight", "Leased runs per tenant", labels=["tenant"])
+        backlog = GaugeMetricFamily("scheduler_tenant_backlog", "Ready, due runs per tenant", labels=["tenant"])
+        for t in stats.per_tenant(now=now):
+            inflight.add_metric([t.slug], t.in_flight)
+            backlog.add_metric([t.slug], t.backlog)
+        yield inflight
+        yield backlog
+
+        oldest_event = (
+            OutboxEvent.objects.filter(published_at__isnull=True).order_by("id").values_list("created_at", flat=True).first()
+        )
+        g = GaugeMetricFamily("scheduler_outbox_lag_seconds", "Age of the oldest unpublished outbox event")
+        g.add_metric([], (now - oldest_event).total_seconds() if oldest_event else 0.0)
+        yield g
+
+        yield from self.worker_metrics(now)
+        yield from self.shard_metrics(now)
+
+    def worker_metrics(self, now):
+        totals = WorkerStat.objects.aggregate(
+            claims=Sum("claims"), empty=Sum("empty_claims"), runs=Sum("claimed_runs"),
+            abandoned=Sum("abandoned"), fenced=Sum("fenced_results"),
+        )
+        for name, key, doc in (
+            ("scheduler_claims", "claims", "Claim transactions made by workers"),
+            ("scheduler_empty_claims", "empty", "Claims that found nothing (idle or contention)"),
+            ("scheduler_claimed_runs", "runs", "Runs claimed by workers"),
+            ("scheduler_abandoned_calls", "abandoned", "Calls abandoned after a heartbeat found the lease lost"),
+            ("scheduler_fenced_results", "fenced", "Results that arrived after their lease was lost (kept as evidence)"),
+        ):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], totals[key] or 0)
+            yield c
+        buckets = {b: 0 for b in BATCH_BUCKETS}
+        for row in WorkerStat.objects.values_list("batch_buckets", flat=True):
+            for b in BATCH_BUCKETS:
+                buckets[b] += int((row or {}).get(b, 0))
+        yield HistogramMetricFamily(
+            "scheduler_claim_batch_size", "Runs per non-empty claim",
+            buckets=[(b, buckets[b]) for b in BATCH_BUCKETS], sum_value=totals["runs"] or 0,
+        )
+        g = GaugeMetricFamily("scheduler_workers", "Worker processes seen in the last minute")
+        g.add_metric([], WorkerStat.objects.filter(seen_at__gt=now - timedelta(minutes=1)).count())
+        yield g
+
+    def shard_metrics(self, now):
+        behind = GaugeMetricFamily("scheduler_shard_behind_seconds", "How far behind a scanner shard was after its last pass",
+                                   labels=["shards", "shard", "holder"])
+        age = GaugeMetricFamily("scheduler_shard_last_pass_age_seconds", "Seconds since a shard's last scanner pass",
+                                labels=["shards", "shard", "holder"])
+        for lease in ShardLease.objects.all():
+            labels = [str(lease.shards), str(lease.shard), lease.holder if lease.lease_until > now else ""]
+            behind.add_metric(labels, lease.behind_seconds)
+            age.add_metric(labels, (now - lease.last_pass_at).total_seconds() if lease.last_pass_at else -1.0)
+        yield behind
+        yield age
+
+
+def _allowed(request) -> bool:
+    networks = settings.SCHEDULER_METRICS_ALLOWED_NETWORKS
+    if not networks:
+        return True
+    try:
+        addr = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(addr in ipaddress.ip_network(n, strict=False) for n in networks)
+
+
+def metrics_view(request):
+    if not _allowed(request):
+        return HttpResponseForbidden("metrics are restricted to SCHEDULER_METRICS_ALLOWED_NETWORKS\n")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SchedulerCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

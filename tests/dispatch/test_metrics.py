@@ -1,0 +1,49 @@
+"""/metrics: Prometheus text computed from the database, so every web process agrees."""
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dispatch.loops import drain, scan_step
+from dispatch.worker import Worker
+from tests.helpers import make_due, make_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def scrape(client):
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    return {s.name + str(sorted(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(r.content.decode()) for s in fam.samples}
+
+
+def test_metrics_report_what_the_loops_did(client, tenant, target):
+    for i in range(3):
+        make_due(make_schedule(tenant, f"{target.url}/m{i}"))
+    drain(scan_step)
+    before = scrape(client)
+    assert before["scheduler_runs[('state', 'ready')]"] == 3
+    assert before["scheduler_tenant_backlog[('tenant', 'acme')]"] == 3
+    target.status = 500
+    import asyncio
+
+    w = Worker("w-metrics", poll_seconds=0)
+    asyncio.run(w.run(once=True))
+    w2 = Worker("w-metrics", poll_seconds=0)  # save counters as the running worker does every few seconds
+    w2.stats, w2.batch_buckets = w.stats, w.batch_buckets
+    w2._save_stats()
+    after = scrape(client)
+    assert after["scheduler_runs[('state', 'ready')]"] == 3  # failed once, waiting to retry
+    assert after["scheduler_claimed_runs_total[]"] == 3
+    assert after["scheduler_claims_total[]"] >= 1
+    assert after["scheduler_claim_batch_size_bucket[('le', '10')]"] == 1  # one claim of three runs
+    assert after["scheduler_claim_batch_size_bucket[('le', '1')]"] == 0
+    assert "scheduler_start_lag_seconds_bucket[('le', '+Inf')]" in after
+    assert after["scheduler_start_lag_seconds_bucket[('le', '+Inf')]"] == 3  # three first attempts started
+
+
+def test_metrics_can_be_restricted_by_network(client, settings):
+    settings.SCHEDULER_METRICS_ALLOWED_NETWORKS = ["10.0.0.0/8"]
+    assert client.get("/metrics").status_code == 403
+    settings.SCHEDULER_METRICS_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
