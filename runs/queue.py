@@ -587,7 +587,7 @@ def complete(results: list[Result]) -> tuple[int, int]:
         versions = {
             v.id: v
             for v in ScheduleVersion.objects.filter(id__in={row[4] for row in owned.values()}).only(
-                "id", "backoff_base_seconds", "backoff_max_seconds"
+                "id", "backoff_base_seconds", "backoff_max_seconds", "overlap_policy"
             )
         }
         attempts = {a.id: a for a in Attempt.objects.filter(id__in=[r.claimed.attempt_id for r in results])}
@@ -617,8 +617,8 @@ def complete(results: list[Result]) -> tuple[int, int]:
                     row[2], row[3], r.retryable, v.backoff_base_seconds, v.backoff_max_seconds, now, r.retry_after
                 )
             run_updates.append((c.run_id, state, eligible, r.error or (f"HTTP {r.http_status}" if r.http_status else "")))
-            if state in TERMINAL_STATES:
-                ended_schedules.add(row[5])
+            if state in TERMINAL_STATES and versions[row[4]].overlap_policy == "buffer_one":
+                ended_schedules.add(row[5])  # a run may be buffered behind this one
             events.append(
                 event(c.run_id, c.tenant_id, f"run.{'retry_scheduled' if state == RunState.READY else state}",
                       generation=c.generation, state=state, nextEligibleAt=_iso(eligible), **r.evidence())
