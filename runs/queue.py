@@ -35,6 +35,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Mod, RowNumber
 
+from runs import pgqueue
 from runs.models import (
     TERMINAL_STATES,
     Attempt,
@@ -233,7 +234,7 @@ def build_run(schedule, version, occ: timeexpr.Occurrence, *, state, reason, eli
     return o, r, ev
 
 
-def insert_runs(triples) -> list[Run]:
+def insert_runs(triples, now=None) -> list[Run]:
     """Insert occurrences, then runs and events for the occurrences that were new. An occurrence
     that already exists (made by a backfill, or by a pass that crashed after committing) is left
     alone: the unique constraint decides, so there is never a second run for it."""
@@ -247,7 +248,7 @@ def insert_runs(triples) -> list[Run]:
     for _, r, _ in kept:
         r.occurrence_id = r.occurrence.id
     Run.objects.bulk_create([t[1] for t in kept], batch_size=1000)
-    OutboxEvent.objects.bulk_create([t[2] for t in kept], batch_size=1000)
+    write_events([t[2] for t in kept], now or datetime.now(timezone.utc))
     soon = datetime.now(timezone.utc) + timedelta(seconds=1)
     if any(r.state == RunState.READY and r.next_eligible_at and r.next_eligible_at <= soon for _, r, _ in kept):
         notify(RUNS_CHANNEL)
@@ -309,12 +310,15 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
                 s.status, s.completed_at, s.next_run_at = ScheduleStatus.COMPLETED, now, None
             s.last_error = ""
             changed.append(s)
-        for r in insert_runs(triples):
+        for r in insert_runs(triples, now):
             if r.state == RunState.SKIPPED:
                 result.skipped += 1
             else:
                 result.runs += 1
-        Schedule.objects.bulk_update(changed, ["next_run_at", "status", "completed_at", "last_error"], batch_size=1000)
+        if _pg():
+            pgqueue.advance_schedules(changed, now=now)
+        else:
+            Schedule.objects.bulk_update(changed, ["next_run_at", "status", "completed_at", "last_error"], batch_size=1000)
         result.schedules = len(schedules)
     return result
 
@@ -482,33 +486,48 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None) -> li
         ids = _pick(_candidates(now, limit), limit)
         if not ids:
             return []
-        Run.objects.filter(id__in=ids).update(
-            state=RunState.LEASED,
-            generation=F("generation") + 1,
-            attempts_used=F("attempts_used") + 1,
-            lease_until=now + lease,
-            lease_owner=worker_id,
-            reason="",
-            next_eligible_at=None,
-            first_started_at=Case(
-                When(first_started_at__isnull=True, then=Value(now)), default=F("first_started_at"), output_field=DateTimeField()
-            ),
+        if _pg():
+            rows = pgqueue.claim(ids, worker=worker_id, now=now, until=now + lease)
+            return [Claimed(*r) for r in rows]
+        return _claim_orm(ids, worker_id, now, lease)
+
+
+def _claim_orm(ids, worker_id, now, lease) -> list[Claimed]:
+    """The claim's writes through the ORM (the embedded database); pgqueue.CLAIM_SQL on PostgreSQL."""
+    Run.objects.filter(id__in=ids).update(
+        state=RunState.LEASED,
+        generation=F("generation") + 1,
+        attempts_used=F("attempts_used") + 1,
+        lease_until=now + lease,
+        lease_owner=worker_id,
+        reason="",
+        next_eligible_at=None,
+        first_started_at=Case(
+            When(first_started_at__isnull=True, then=Value(now)), default=F("first_started_at"), output_field=DateTimeField()
+        ),
+    )
+    rows = list(
+        Run.objects.filter(id__in=ids).values_list(
+            "id", "generation", "attempts_used", "max_attempts", "tenant_id", "schedule_id",
+            "schedule_version", "scheduled_time", "version_id",
         )
-        rows = list(
-            Run.objects.filter(id__in=ids).values_list(
-                "id", "generation", "attempts_used", "max_attempts", "tenant_id", "schedule_id",
-                "schedule_version", "scheduled_time", "version_id",
-            )
-        )
-        attempts = Attempt.objects.bulk_create(
-            [Attempt(run_id=r[0], generation=r[1], worker_id=worker_id, started_at=now) for r in rows]
-        )
-        OutboxEvent.objects.bulk_create(
-            [event(r[0], r[4], "run.leased", generation=r[1], workerId=worker_id, state="leased") for r in rows]
-        )
-    return [
-        Claimed(r[0], r[1], a.id, r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r, a in zip(rows, attempts)
-    ]
+    )
+    attempts = Attempt.objects.bulk_create(
+        [Attempt(run_id=r[0], generation=r[1], worker_id=worker_id, started_at=now) for r in rows]
+    )
+    write_events([event(r[0], r[4], "run.leased", generation=r[1], workerId=worker_id, state="leased") for r in rows], now)
+    return [Claimed(r[0], r[1], a.id, r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r, a in zip(rows, attempts)]
+
+
+def _pg() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def write_events(events, now) -> None:
+    if _pg():
+        pgqueue.insert_events(events, now=now)
+    else:
+        write_events(events, now)
 
 
 def _owned(keys, worker_id=None):
@@ -529,10 +548,16 @@ def heartbeat(worker_id: str, keys: list[tuple], *, lease_seconds: int | None = 
         return set()
     lease = timedelta(seconds=lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
     with transaction.atomic():
-        now = db_now()
-        owned = set(_owned(keys, worker_id).select_for_update().values_list("id", "generation"))
-        if owned:
-            _owned(owned, worker_id).update(lease_until=now + lease)
+        if _pg():
+            rows = pgqueue.lock_owned(keys, worker_id)
+            owned = {(r[0], r[1]) for r in rows}
+            if owned:
+                pgqueue.extend_leases([r[0] for r in rows], until=rows[0][6] + lease)
+        else:
+            now = db_now()
+            owned = set(_owned(keys, worker_id).select_for_update().values_list("id", "generation"))
+            if owned:
+                _owned(owned, worker_id).update(lease_until=now + lease)
     return set(keys) - owned
 
 
@@ -578,61 +603,91 @@ def complete(results: list[Result]) -> tuple[int, int]:
     if not results:
         return 0, 0
     with transaction.atomic():
-        now = db_now()
         keys = [(r.claimed.run_id, r.claimed.generation) for r in results]
-        owned = {
-            row[0]: row
-            for row in _owned(keys).select_for_update().values_list("id", "generation", "attempts_used", "max_attempts", "version_id", "schedule_id")
-        }
-        versions = {
-            v.id: v
-            for v in ScheduleVersion.objects.filter(id__in={row[4] for row in owned.values()}).only(
-                "id", "backoff_base_seconds", "backoff_max_seconds", "overlap_policy"
+        if _pg():
+            rows = pgqueue.lock_owned(keys)
+            now = rows[0][6] if rows else db_now()
+        else:
+            now = db_now()
+            rows = _owned(keys).select_for_update().values_list(
+                "id", "generation", "attempts_used", "max_attempts", "version_id", "schedule_id"
             )
-        }
-        attempts = {a.id: a for a in Attempt.objects.filter(id__in=[r.claimed.attempt_id for r in results])}
-        run_updates, events, touched_attempts, ended_schedules = [], [], [], set()
+        owned = {row[0]: row for row in rows}
+        policies = version_policies({row[4] for row in owned.values()})
+        finished, late, run_updates, events, ended_schedules = [], [], [], [], set()
         for r in results:
             c = r.claimed
-            a = attempts[c.attempt_id]
             row = owned.get(c.run_id)
             if row is None or row[1] != c.generation:
-                a.late_result = {**r.evidence(), "receivedAt": _iso(now)}
-                touched_attempts.append(a)
+                late.append((c.attempt_id, {**r.evidence(), "receivedAt": _iso(now)}))
                 continue
-            a.outcome = r.outcome
-            a.finished_at = now
-            a.http_status = r.http_status
-            a.error_class = r.error_class[:100]
-            a.error = r.error[:2000]
-            a.response_excerpt = r.response_excerpt
-            a.latency_ms = r.latency_ms
-            a.remote_address = r.remote_address or ""
-            touched_attempts.append(a)
+            finished.append((c.attempt_id, r.outcome, r.http_status, r.error_class[:100], r.error[:2000],
+                             r.response_excerpt, r.latency_ms, r.remote_address or ""))
+            policy = policies[row[4]]
             if r.outcome == AttemptOutcome.SUCCEEDED:
                 state, eligible = RunState.SUCCEEDED, None
             else:
-                v = versions[row[4]]
                 state, eligible = next_state_after_failure(
-                    row[2], row[3], r.retryable, v.backoff_base_seconds, v.backoff_max_seconds, now, r.retry_after
+                    row[2], row[3], r.retryable, policy.backoff_base, policy.backoff_max, now, r.retry_after
                 )
             run_updates.append((c.run_id, state, eligible, r.error or (f"HTTP {r.http_status}" if r.http_status else "")))
-            if state in TERMINAL_STATES and versions[row[4]].overlap_policy == "buffer_one":
+            if state in TERMINAL_STATES and policy.overlap == "buffer_one":
                 ended_schedules.add(row[5])  # a run may be buffered behind this one
             events.append(
                 event(c.run_id, c.tenant_id, f"run.{'retry_scheduled' if state == RunState.READY else state}",
                       generation=c.generation, state=state, nextEligibleAt=_iso(eligible), **r.evidence())
             )
-        Attempt.objects.bulk_update(
-            touched_attempts,
-            ["outcome", "finished_at", "http_status", "error_class", "error", "response_excerpt", "latency_ms",
-             "remote_address", "late_result"],
-        )
-        _apply_run_updates(run_updates, now)
-        OutboxEvent.objects.bulk_create(events)
+        if _pg():
+            pgqueue.finish_attempts(finished, now=now)
+            pgqueue.keep_late_results(late)
+            pgqueue.apply_runs(run_updates, now=now)
+        else:
+            _finish_attempts_orm(finished, late, now)
+            _apply_run_updates(run_updates, now)
+        write_events(events, now)
         if ended_schedules:
             release_buffered(ended_schedules, now)
     return len(run_updates), len(results) - len(run_updates)
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    backoff_base: float
+    backoff_max: float
+    overlap: str
+
+
+_policies: dict = {}
+
+
+def version_policies(version_ids) -> dict:
+    """Retry and overlap policy per schedule version. Versions never change, so each is read
+    once per process."""
+    missing = [v for v in version_ids if v not in _policies]
+    if missing:
+        if len(_policies) > 100_000:
+            _policies.clear()
+        for vid, base, cap, overlap in ScheduleVersion.objects.filter(id__in=missing).values_list(
+            "id", "backoff_base_seconds", "backoff_max_seconds", "overlap_policy"
+        ):
+            _policies[vid] = VersionPolicy(base, cap, overlap)
+    return {v: _policies[v] for v in version_ids}
+
+
+def _finish_attempts_orm(finished, late, now) -> None:
+    """complete()'s attempt writes through the ORM (the embedded database)."""
+    attempts = {a.id: a for a in Attempt.objects.filter(id__in=[f[0] for f in finished] + [x[0] for x in late])}
+    for aid, outcome, status, error_class, error, excerpt, latency, remote in finished:
+        a = attempts[aid]
+        a.outcome, a.finished_at, a.http_status, a.error_class = outcome, now, status, error_class
+        a.error, a.response_excerpt, a.latency_ms, a.remote_address = error, excerpt, latency, remote
+    for aid, result in late:
+        attempts[aid].late_result = result
+    Attempt.objects.bulk_update(
+        list(attempts.values()),
+        ["outcome", "finished_at", "http_status", "error_class", "error", "response_excerpt", "latency_ms",
+         "remote_address", "late_result"],
+    )
 
 
 def _apply_run_updates(updates, now) -> None:
@@ -751,7 +806,7 @@ def expire_leases(*, batch: int = 500) -> int:
             error="the lease expired before a result was recorded; the target may or may not have acted",
         )
         _apply_run_updates(updates, now)
-        OutboxEvent.objects.bulk_create(events)
+        write_events(events, now)
         if ended:
             release_buffered(ended, now)
     return len(runs)
