@@ -48,7 +48,8 @@ class Occurrence(models.Model):
     # Ids are made client-side so a scanner batch inserts occurrences and runs without a round
     # trip to learn the keys.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
+    # Served by the (schedule, version, instant) unique index.
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences", db_index=False)
     schedule_version = models.PositiveIntegerField()
     version = models.ForeignKey(ScheduleVersion, on_delete=models.PROTECT, related_name="occurrences")
     scheduled_time = models.DateTimeField()
@@ -74,9 +75,11 @@ class Occurrence(models.Model):
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # = idempotency key
     occurrence = models.OneToOneField(Occurrence, on_delete=models.PROTECT, related_name="run")
-    # Denormalised from the occurrence so claiming, fairness and listing need no join.
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    # Denormalised from the occurrence so claiming, fairness and listing need no join. No
+    # single-column indexes: the (tenant, time) and (schedule, time) indexes below serve those
+    # lookups, and every index is written on each of a run's four or five updates.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False)
     schedule_version = models.PositiveIntegerField()
     version = models.ForeignKey(ScheduleVersion, on_delete=models.PROTECT, related_name="runs")
     scheduled_time = models.DateTimeField()
@@ -160,7 +163,8 @@ class AttemptOutcome(models.TextChoices):
 
 class Attempt(models.Model):
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    # Served by the (run, generation) unique index.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     generation = models.PositiveIntegerField()
     worker_id = models.CharField(max_length=200)
     started_at = models.DateTimeField()
