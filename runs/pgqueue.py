@@ -133,20 +133,19 @@ def apply_runs(updates, *, now) -> None:
 
 INSERT_EVENTS_SQL = """
 INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error)
-SELECT v.event_id, v.tenant_id, v.run_id, v.kind, v.payload::jsonb, %(now)s, 0, ''
-FROM unnest(%(event_ids)s::uuid[], %(tenants)s::uuid[], %(runs)s::uuid[], %(kinds)s::text[], %(payloads)s::text[])
-     AS v(event_id, tenant_id, run_id, kind, payload)
+SELECT gen_random_uuid(), v.tenant_id, v.run_id, v.kind, v.payload::jsonb, %(now)s, 0, ''
+FROM unnest(%(tenants)s::uuid[], %(runs)s::uuid[], %(kinds)s::text[], %(payloads)s::text[])
+     AS v(tenant_id, run_id, kind, payload)
 """
 
 
 def insert_events(events, *, now) -> None:
-    """events: unsaved OutboxEvent objects (as made by runs.queue.event)."""
+    """events: runs.queue.Event objects."""
     if not events:
         return
     with connection.cursor() as cur:
         cur.execute(INSERT_EVENTS_SQL, {
             "now": now,
-            "event_ids": [str(e.event_id) for e in events],
             "tenants": [str(e.tenant_id) for e in events],
             "runs": [str(e.run_id) if e.run_id else None for e in events],
             "kinds": [e.kind for e in events],

@@ -3,8 +3,8 @@ and the commands alike. Batched loop transitions are in `runs.queue`."""
 
 from django.db import transaction
 
-from runs.models import TERMINAL_STATES, Attempt, AttemptOutcome, OutboxEvent, Reason, Run, RunState
-from runs.queue import event, release_buffered
+from runs.models import TERMINAL_STATES, Attempt, AttemptOutcome, Reason, Run, RunState
+from runs.queue import event, release_buffered, write_events
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import Conflict
 from scheduler_project.notify import RUNS_CHANNEL, notify
@@ -37,7 +37,7 @@ def retry_run(run, *, by: Actor) -> Run:
     run.retried_at = now
     run.save(update_fields=["state", "reason", "next_eligible_at", "finished_at", "attempts_used", "retried_by",
                             "retried_at", "updated_at"])
-    OutboxEvent.objects.create(**_event_fields(event(run.id, run.tenant_id, "run.retried", state="ready", by=by.name)))
+    write_events([event(run.id, run.tenant_id, "run.retried", state="ready", by=by.name)], now)
     notify(RUNS_CHANNEL)
     audit("run.retry", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": "ready"})
@@ -69,10 +69,8 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
     run.finished_at = now
     run.save(update_fields=["state", "reason", "lease_until", "lease_owner", "next_eligible_at", "finished_at",
                             "updated_at"])
-    OutboxEvent.objects.create(
-        **_event_fields(event(run.id, run.tenant_id, "run.canceled", state="canceled", reason=reason,
-                              inFlight=before == RunState.LEASED, by=by.name))
-    )
+    write_events([event(run.id, run.tenant_id, "run.canceled", state="canceled", reason=reason,
+                        inFlight=before == RunState.LEASED, by=by.name)], now)
     audit("run.cancel", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": "canceled", "reason": reason})
     # A run buffered behind this one (overlap buffer_one) may start now.
@@ -93,15 +91,9 @@ def cancel_unstarted(schedule_id, *, reason: str, versions_below: int | None = N
     Run.objects.filter(id__in=[r[0] for r in rows]).update(
         state=RunState.CANCELED, reason=reason, next_eligible_at=None, finished_at=now
     )
-    OutboxEvent.objects.bulk_create(
-        [event(rid, tid, "run.canceled", state="canceled", reason=reason) for rid, tid in rows]
-    )
+    write_events([event(rid, tid, "run.canceled", state="canceled", reason=reason) for rid, tid in rows], now)
     return len(rows)
 
 
 def is_terminal(run: Run) -> bool:
     return run.state in TERMINAL_STATES
-
-
-def _event_fields(ev: OutboxEvent) -> dict:
-    return {"run_id": ev.run_id, "tenant_id": ev.tenant_id, "kind": ev.kind, "payload": ev.payload}

@@ -65,6 +65,11 @@ def test_it_finds_a_duplicate_occurrence(tenant, target):
     twin.id = uuid.uuid4()
     twin.save(force_insert=True)
     got = found("any")
+    # Put the constraint back: the test database outlives this test, and later tests rely on it.
+    Occurrence.objects.filter(id=twin.id).delete()
+    with connection.cursor() as cur:
+        cur.execute(f"ALTER TABLE {Occurrence._meta.db_table} ADD CONSTRAINT occurrence_identity_unique "
+                    "UNIQUE (schedule_id, schedule_version, scheduled_time)")
     assert got["duplicate_occurrence"] == {str(occ.id), str(twin.id)}
     # the twin has no run either
     assert got["occurrence_run_count"] == {str(twin.id)}
@@ -110,6 +115,11 @@ def test_it_finds_a_second_open_attempt(tenant, target):
     # an open attempt of a later generation than the run has: a second, misplaced one
     Attempt.objects.create(run=run, generation=2, worker_id="ghost", started_at=db_now())
     got = found("any")
+    # Put the index back: the test database outlives this test, and later tests rely on it.
+    Attempt.objects.filter(run=run, generation=2).delete()
+    with connection.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # deferred FK checks would block the DDL
+        cur.execute("CREATE UNIQUE INDEX attempt_one_open_per_run ON runs_attempt (run_id) WHERE outcome IS NULL")
     assert got["misplaced_open_attempt"] == {str(run.id)}
     assert got["attempt_generations"] == {str(run.id)}
 

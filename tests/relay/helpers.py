@@ -23,7 +23,7 @@ def events_for(tenant, target, n=3):
 
 
 def loose_events(tenant, n):
-    return OutboxEvent.objects.bulk_create([event(None, tenant.id, "run.test", n=i) for i in range(n)])
+    return OutboxEvent.objects.bulk_create([event(None, tenant.id, "run.test", n=i).model() for i in range(n)])
 
 
 def make_due_for_retry(qs):
