@@ -60,25 +60,41 @@ class TenantAuth:
 
 
 class TargetCache:
-    """Versions never change; tenants' secrets and allowlists can, so they are re-read every few
-    seconds (a prefix removed by an operator stops calls within that time)."""
+    """What a claimed run's call needs. On PostgreSQL the claim returns its version's target with
+    it; otherwise versions (immutable) are read once and kept, within a bound. Tenants' secrets
+    and allowlists can change, so they are re-read every few seconds (a prefix removed by an
+    operator stops calls within that time)."""
 
     TENANT_TTL = 5.0
+    MAX_VERSIONS = 10_000
 
     def __init__(self):
         self.versions: dict[int, Target] = {}
         self.tenants: dict[object, tuple[float, TenantAuth]] = {}
 
+    @staticmethod
+    def _timeout(seconds) -> float:
+        return float(min(seconds, max(1, settings.SCHEDULER_LEASE_SECONDS - 5)))
+
+    def target(self, c: Claimed) -> Target:
+        if c.target is not None:
+            url, method, headers, timeout, payload = c.target
+            # The payload as PostgreSQL renders its JSON is the body: it is what gets signed.
+            return Target(url, method, json.loads(headers) if headers else {}, payload.encode(), self._timeout(timeout))
+        return self.versions[c.version_id]
+
     def load(self, claims: list[Claimed]) -> None:
-        missing = {c.version_id for c in claims} - self.versions.keys()
+        missing = {c.version_id for c in claims if c.target is None} - self.versions.keys()
         if missing:
+            if len(self.versions) > self.MAX_VERSIONS:
+                self.versions.clear()
             for v in ScheduleVersion.objects.filter(id__in=missing):
                 self.versions[v.id] = Target(
                     url=v.target_url,
                     method=v.target_method,
                     headers=dict(v.target_headers or {}),
                     body=json.dumps(v.payload, separators=(",", ":")).encode(),
-                    timeout=float(min(v.target_timeout_seconds, max(1, settings.SCHEDULER_LEASE_SECONDS - 5))),
+                    timeout=self._timeout(v.target_timeout_seconds),
                 )
         now = time.monotonic()
         stale = {c.tenant_id for c in claims if now - self.tenants.get(c.tenant_id, (0, None))[0] > self.TENANT_TTL}
@@ -124,7 +140,13 @@ class Worker:
         self.grace = settings.SCHEDULER_SHUTDOWN_GRACE_SECONDS if grace_seconds is None else grace_seconds
         self.stop = stop or threading.Event()
         self._client = client
-        self._db = ThreadPoolExecutor(1, thread_name_prefix=f"db-{worker_id}")
+        # Two database lanes, each one thread with its own connection: claims on one, results and
+        # heartbeats on the other, so a claim never waits behind a batch of completions (they
+        # lock different rows: ready ones with SKIP LOCKED, leased ones by key).
+        self._lanes = {
+            "claim": ThreadPoolExecutor(1, thread_name_prefix=f"db-claim-{worker_id}"),
+            "write": ThreadPoolExecutor(1, thread_name_prefix=f"db-write-{worker_id}"),
+        }
         self.targets = TargetCache()
         self.inflight: dict[tuple, asyncio.Task] = {}
         self.claims: dict[tuple, Claimed] = {}
@@ -137,7 +159,7 @@ class Worker:
 
     # -- database steps, all on the worker's one database thread ---------------------------
 
-    async def db(self, fn, *args, **kwargs):
+    async def db(self, fn, *args, lane: str = "write", **kwargs):
         def run():
             try:
                 return fn(*args, **kwargs)
@@ -149,7 +171,12 @@ class Worker:
                     connection.close()
                 raise
 
-        return await asyncio.get_running_loop().run_in_executor(self._db, run)
+        return await asyncio.get_running_loop().run_in_executor(self._lanes[lane], run)
+
+    def close_db(self) -> None:
+        for lane in self._lanes.values():
+            lane.submit(lambda: connection.close()).result()  # each lane's own connection
+            lane.shutdown(wait=True)
 
     def _claim(self, n: int) -> list[Claimed]:
         claims = queue.claim(self.worker_id, n, lease_seconds=self.lease_seconds)
@@ -161,7 +188,7 @@ class Worker:
 
     async def execute(self, c: Claimed) -> None:
         key = (c.run_id, c.generation)
-        target = self.targets.versions[c.version_id]
+        target = self.targets.target(c)
         auth = self.targets.tenants[c.tenant_id][1]
         self.calling.add(key)
         res = await self.client.request(
@@ -291,7 +318,7 @@ class Worker:
                     await self._wait(self._slot, 1.0)
                     continue
                 try:
-                    claims = await self.db(self._claim, min(free, self.batch))
+                    claims = await self.db(self._claim, min(free, self.batch), lane="claim")
                 except Exception:
                     if once:
                         raise  # a one-pass run reports the failure instead of retrying forever
@@ -332,8 +359,7 @@ class Worker:
                 await self.flush()
             if own_client:
                 await self.client.close()
-            self._db.submit(lambda: connection.close()).result()  # the db thread's own connection
-            self._db.shutdown(wait=True)
+            self.close_db()
         return self.stats
 
     async def _wait(self, ev: asyncio.Event, timeout: float) -> None:

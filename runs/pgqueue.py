@@ -36,15 +36,17 @@ WITH leased AS (
     FROM leased
 )
 SELECT l.id, l.generation, o.id, l.attempts_used, l.max_attempts, l.tenant_id, l.schedule_id,
-       l.schedule_version, l.scheduled_time, l.version_id
-FROM leased l JOIN opened o ON o.run_id = l.id
+       l.schedule_version, l.scheduled_time, l.version_id,
+       v.target_url, v.target_method, v.target_headers::text, v.target_timeout_seconds, v.payload::text
+FROM leased l JOIN opened o ON o.run_id = l.id JOIN schedules_scheduleversion v ON v.id = l.version_id
 """
 
 
 def claim(ids, *, worker: str, now, until) -> list[tuple]:
+    """Rows of (Claimed fields..., (url, method, headers JSON, timeout, payload JSON))."""
     with connection.cursor() as cur:
         cur.execute(CLAIM_SQL, {"ids": list(ids), "worker": worker, "now": now, "until": until})
-        return cur.fetchall()
+        return [(*r[:10], r[10:]) for r in cur.fetchall()]
 
 
 # Which of these (run, generation) pairs still hold their lease; locks them for the caller's

@@ -355,6 +355,9 @@ class Claimed:
     schedule_version: int
     scheduled_time: datetime
     version_id: int
+    # (url, method, headers JSON, timeout seconds, payload JSON text) of the version, when the
+    # claim statement returned them (PostgreSQL), so the worker needs no second query.
+    target: tuple | None = None
 
 
 class ClaimLimits:

@@ -83,12 +83,12 @@ def test_shutdown_gives_back_claimed_but_unstarted_runs_without_using_an_attempt
         from dispatch.safehttp import client_from_settings
 
         w.client = client_from_settings()
-        claims = await w.db(w._claim, 10)
+        claims = await w.db(w._claim, 10, lane="claim")
         for c in claims:
             w._spawn(c)  # tasks exist but have not run: nothing was sent yet
         await w._shutdown()
         await w.client.close()
-        w._db.shutdown(wait=True)
+        w.close_db()
         return w.stats
 
     stats = asyncio.run(scenario())
