@@ -299,6 +299,10 @@ class Worker:
                     task.cancel()
                     self.stats["abandoned"] += 1
 
+    @property
+    def _refill_at(self) -> int:
+        return max(1, min(self.batch, self.concurrency // 4))
+
     async def run(self, *, once: bool = False) -> dict:
         self._slot = asyncio.Event()
         self._wake = asyncio.Event()
@@ -313,9 +317,11 @@ class Worker:
         try:
             while not self.stop.is_set():
                 free = self.concurrency - len(self.inflight)
-                if free <= 0:
+                if free < self._refill_at and self.inflight:
+                    # Claim in real batches: wait until a good part of the slots is free again
+                    # instead of one claim transaction per finished call.
                     self._slot.clear()
-                    await self._wait(self._slot, 1.0)
+                    await self._wait(self._slot, 0.05)
                     continue
                 try:
                     claims = await self.db(self._claim, min(free, self.batch), lane="claim")
