@@ -36,10 +36,10 @@ def install_signal_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def run_loop(step, *, stop: threading.Event, idle_seconds: float, name: str, wake: threading.Event | None = None) -> None:
-    """Call `step()` until stopped; when it reports idle, wait `idle_seconds` or until `wake` is
-    set (a LISTEN/NOTIFY wake-up). An exception in a step is logged and the loop goes on: a
-    dropped connection or one bad row must not end the process."""
+def run_loop(step, *, stop: threading.Event, idle_seconds, name: str, wake: threading.Event | None = None) -> None:
+    """Call `step()` until stopped; when it reports idle, wait `idle_seconds` (a number, or a
+    function giving one) or until `wake` is set (a LISTEN/NOTIFY wake-up). An exception in a step
+    is logged and the loop goes on: a dropped connection or one bad row must not end the process."""
     while not stop.is_set():
         try:
             close_old_connections()
@@ -53,10 +53,11 @@ def run_loop(step, *, stop: threading.Event, idle_seconds: float, name: str, wak
             busy = False
             stop.wait(min(5.0, max(idle_seconds, 0.5)))
         if not busy:
+            seconds = idle_seconds() if callable(idle_seconds) else idle_seconds
             if wake is None:
-                stop.wait(idle_seconds)
+                stop.wait(seconds)
             else:
-                _wait_either(stop, wake, idle_seconds)
+                _wait_either(stop, wake, seconds)
                 wake.clear()
 
 
@@ -93,6 +94,17 @@ class Scanner:
         self.batch, self.horizon_seconds = batch, horizon_seconds
         self.held: list[int] = []
         self.renewed_at = self.recorded_at = -1e9
+
+    def idle_seconds(self) -> float:
+        """Sleep the poll interval, or less when the next schedule is due sooner."""
+        poll = settings.SCHEDULER_POLL_SECONDS
+        try:
+            soonest = queue.seconds_until_next_due(
+                horizon=timedelta(seconds=settings.SCHEDULER_HORIZON_SECONDS if self.horizon_seconds is None
+                                  else self.horizon_seconds))
+        except Exception:
+            return poll
+        return poll if soonest is None else max(0.0, min(poll, soonest))
 
     def step(self) -> bool:
         if not self.shards:

@@ -41,7 +41,6 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.helpers import is_ip_address
 from aiohttp.resolver import DefaultResolver
-from yarl import URL
 
 # The allowlist lives with the tenants it belongs to; the API checks it at create time with the
 # same code the workers use at call time.

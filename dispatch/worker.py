@@ -349,7 +349,7 @@ class Worker:
                     self._slot.clear()
                     await self._wait(self._slot, 0.1)
                 else:
-                    await self._sleep(self.poll)
+                    await self._sleep(await self._idle_seconds())
             await self._shutdown()
         finally:
             if listener:
@@ -373,6 +373,15 @@ class Worker:
             await asyncio.wait_for(ev.wait(), timeout)
         except TimeoutError:
             pass
+
+    async def _idle_seconds(self) -> float:
+        """Nothing to claim: sleep the poll interval, or less when a run materialised ahead of
+        time (the horizon) becomes eligible sooner. NOTIFY covers runs made ready now."""
+        try:
+            soonest = await self.db(queue.seconds_until_next_ready, lane="claim")
+        except Exception:
+            return self.poll
+        return self.poll if soonest is None else max(0.0, min(self.poll, soonest))
 
     async def _sleep(self, seconds: float) -> None:
         """Idle: wait for the poll interval, a NOTIFY wake-up, or shutdown, whichever is first."""

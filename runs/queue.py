@@ -284,6 +284,17 @@ def due_schedules(now, *, shards: int | None = None, shard=None, horizon=timedel
     return qs.order_by("next_run_at")
 
 
+def seconds_until_next_due(*, horizon=timedelta(0)) -> float | None:
+    """Seconds until the next schedule is due for materialising (None when none is scheduled).
+    Cost: the first entry of schedule_due_idx."""
+    now = db_now()
+    first = (
+        Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__isnull=False)
+        .order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    )
+    return None if first is None else (first - horizon - now).total_seconds()
+
+
 def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> ScanResult:
     """One scanner step: lock up to `batch` due schedules (skipping ones another scanner holds),
     turn their due occurrences into runs and advance next_run_at, all in one short transaction.
@@ -443,6 +454,16 @@ def _candidates(now, limit: int) -> list[tuple]:
         per_tenant = 2 * -(-limit // len(tenants))
         cur.execute(CANDIDATES_SQL, {"tenants": tenants, "now": now, "per_tenant": per_tenant})
         return cur.fetchall()
+
+
+def seconds_until_next_ready() -> float | None:
+    """Seconds until the earliest ready run becomes eligible (None when there is none).
+    Cost: the first entry of run_ready_idx."""
+    now = db_now()
+    first = (
+        Run.objects.filter(state=RunState.READY).order_by("next_eligible_at").values_list("next_eligible_at", flat=True).first()
+    )
+    return None if first is None else (first - now).total_seconds()
 
 
 def _pick(candidates, limit: int) -> list:

@@ -2,7 +2,6 @@ import os
 import socket
 import threading
 
-from django.conf import settings
 from django.core.management.base import CommandError
 
 from dispatch.loops import LoopCommand, Scanner, drain, run_loop
@@ -33,6 +32,6 @@ class Command(LoopCommand):
         wake = threading.Event()
         listener = Listener(SCHEDULES_CHANNEL, wake.set).start()
         try:
-            run_loop(scanner.step, stop=self.stop, idle_seconds=settings.SCHEDULER_POLL_SECONDS, name="scan", wake=wake)
+            run_loop(scanner.step, stop=self.stop, idle_seconds=scanner.idle_seconds, name="scan", wake=wake)
         finally:
             listener.stop()

@@ -3,7 +3,7 @@ import threading
 from django.conf import settings
 from django.db import connection
 
-from dispatch.loops import LoopCommand, drain, reconcile_step, run_loop, scan_step
+from dispatch.loops import LoopCommand, Scanner, drain, reconcile_step, run_loop, scan_step
 from dispatch.management.commands.work import default_worker_id
 from dispatch.relay import relay_step
 from dispatch.worker import run_worker
@@ -21,8 +21,9 @@ def loop_threads(stop: threading.Event) -> list[threading.Thread]:
 
         return threading.Thread(target=target, name=name, daemon=True)
 
+    scanner = Scanner()
     threads = [
-        loop(scan_step, settings.SCHEDULER_POLL_SECONDS, "scan"),
+        loop(scanner.step, scanner.idle_seconds, "scan"),
         loop(reconcile_step, settings.SCHEDULER_RECONCILE_SECONDS, "reconcile"),
         loop(relay_step, settings.SCHEDULER_POLL_SECONDS, "relay"),
     ]
@@ -30,7 +31,7 @@ def loop_threads(stop: threading.Event) -> list[threading.Thread]:
 
 
 class Command(LoopCommand):
-    help = "All loops (scan, work, reconcile) in one process: for small deployments and the quickstart."
+    help = "All loops (scan, work, reconcile, relay) in one process: for small deployments and the quickstart."
     loop_name = "scheduler"
 
     def add_arguments(self, parser):
