@@ -45,11 +45,12 @@ class Listener:
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {self.channel}")
                     while not self.stopped.is_set():
-                        got = False
-                        for _ in conn.notifies(timeout=1.0, stop_after=100):
-                            got = True
-                        if got:
+                        # Wake at each notification as it arrives (the generator itself only
+                        # ends after its timeout, which would delay every wake-up by it).
+                        for _ in conn.notifies(timeout=1.0):
                             self.on_notify()
+                            if self.stopped.is_set():
+                                break
             except Exception as exc:  # the database went away: polling covers it; try again soon
                 log.warning("listener on %s lost its connection (%s); reconnecting", self.channel, exc)
                 self.stopped.wait(2.0)
