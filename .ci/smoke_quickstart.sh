@@ -23,7 +23,7 @@ done
 KEY=$(grep -m1 "API key" "$WORK/qs.log" | awk '{print $3}')
 [ -n "$KEY" ] || { echo "smoke: no API key printed"; cat "$WORK/qs.log"; exit 1; }
 AUTH="Authorization: Bearer $KEY"
-SID=$(curl -sf -X POST "http://127.0.0.1:$PORT_WEB/api/v1/schedules" -H "$AUTH" -H 'Content-Type: application/json' \
+SID=$(curl -s -X POST "http://127.0.0.1:$PORT_WEB/api/v1/schedules" -H "$AUTH" -H 'Content-Type: application/json' \
   -d "{\"expression\":\"0 3 * * *\",\"timeZone\":\"Europe/Berlin\",\"target\":{\"url\":\"http://127.0.0.1:$PORT_TARGET/\",\"method\":\"GET\"}}" \
   | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 RID=$(curl -sf -X POST "http://127.0.0.1:$PORT_WEB/api/v1/schedules/$SID/trigger" -H "$AUTH" \
@@ -38,4 +38,12 @@ if [ "$STATE" != "succeeded" ]; then
   echo "smoke: run $RID is $STATE, expected succeeded"; tail -50 "$WORK/qs.log"; exit 1
 fi
 grep -q "GET / HTTP" "$WORK/target.log" || { echo "smoke: the target saw no call"; exit 1; }
+# Every loop's one-pass form and the audit must also work on the embedded database.
+$PY manage.py scan --once
+$PY manage.py reconcile --once
+$PY manage.py relay --once
+$PY manage.py audit || { echo "smoke: audit found violations on the embedded database"; exit 1; }
+if grep -q "Traceback" "$WORK/qs.log"; then
+  echo "smoke: the quickstart logged an error"; grep -B2 -A20 "Traceback" "$WORK/qs.log" | head -60; exit 1
+fi
 echo "smoke: quickstart ok (schedule $SID, run $RID succeeded)"

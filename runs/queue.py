@@ -23,8 +23,6 @@ from django.db.models import (
     Count,
     CharField,
     DateTimeField,
-    DurationField,
-    ExpressionWrapper,
     F,
     IntegerField,
     Q,
@@ -562,10 +560,11 @@ def _pg() -> bool:
 
 
 def write_events(events, now) -> None:
+    """Every outbox event is written here, in the caller's transaction."""
     if _pg():
         pgqueue.insert_events(events, now=now)
     else:
-        write_events(events, now)
+        OutboxEvent.objects.bulk_create([e.model() for e in events])
 
 
 def _owned(keys, worker_id=None):
@@ -871,15 +870,19 @@ def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
         )
         if buffered:
             release_buffered(buffered, now)
-        grace = ExpressionWrapper(
-            F("version__misfire_grace_seconds") * Value(timedelta(seconds=1)), output_field=DurationField()
+        unclaimed = Run.objects.filter(
+            state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
         )
+        # "Eligible longer ago than its version's grace", as one range per distinct grace value
+        # (there are few), because interval arithmetic on a column is not portable to SQLite.
+        graces = set(unclaimed.values_list("version__misfire_grace_seconds", flat=True).distinct()[:1000])
+        if not graces:
+            return 0
+        missed = Q()
+        for g in graces:
+            missed |= Q(version__misfire_grace_seconds=g, next_eligible_at__lt=now - timedelta(seconds=g))
         picked = list(
-            Run.objects.filter(
-                state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
-            )
-            .alias(grace_over=ExpressionWrapper(F("next_eligible_at") + grace, output_field=DateTimeField()))
-            .filter(grace_over__lt=now)
+            unclaimed.filter(missed)
             .annotate(
                 newer=Window(RowNumber(), partition_by=[F("schedule_id")], order_by=[F("scheduled_time").desc(), F("id").desc()]),
                 keep=Case(
