@@ -8,8 +8,36 @@ columns as arrays (`unnest`), so the cost per run is a few microseconds of Pytho
 """
 
 import json
+from contextlib import contextmanager
 
+import psycopg
 from django.db import connection
+
+
+@contextmanager
+def _cursor():
+    """A server-side-binding cursor on Django's connection (same transaction): the query and its
+    array parameters travel separately, so Python does not compose a literal query text per batch
+    (the client-side cursor's cost on these large statements). Statements are never prepared
+    (`prepare=False` at each execute): a plan cached while a queue table was nearly empty is the
+    trap measured in shared/notes/performance.md."""
+    connection.ensure_connection()
+    cur = psycopg.Cursor(connection.connection)
+    try:
+        yield _Unprepared(cur)
+    finally:
+        cur.close()
+
+
+class _Unprepared:
+    def __init__(self, cur):
+        self.cur = cur
+
+    def execute(self, query, params=None):
+        return self.cur.execute(query, params, prepare=False)
+
+    def fetchall(self):
+        return self.cur.fetchall()
 
 # Claim: lease the picked runs, open their attempts and write their events, in one statement.
 CLAIM_SQL = """
@@ -44,7 +72,7 @@ FROM leased l JOIN opened o ON o.run_id = l.id JOIN schedules_scheduleversion v 
 
 def claim(ids, *, worker: str, now, until) -> list[tuple]:
     """Rows of (Claimed fields..., (url, method, headers JSON, timeout, payload JSON))."""
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(CLAIM_SQL, {"ids": list(ids), "worker": worker, "now": now, "until": until})
         return [(*r[:10], r[10:]) for r in cur.fetchall()]
 
@@ -65,13 +93,13 @@ def lock_owned(keys, worker: str | None = None) -> list[tuple]:
     ids = [str(k[0]) for k in keys]
     gens = [k[1] for k in keys]
     sql = LOCK_OWNED_SQL.format(owner="AND r.lease_owner = %(worker)s" if worker else "")
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(sql, {"ids": ids, "gens": gens, "worker": worker})
         return cur.fetchall()
 
 
 def extend_leases(ids, *, until) -> None:
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute("UPDATE runs_run SET lease_until = %s WHERE id = ANY(%s::uuid[])", [until, [str(i) for i in ids]])
 
 
@@ -91,7 +119,7 @@ def finish_attempts(rows, *, now) -> None:
     if not rows:
         return
     cols = list(zip(*rows))
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(FINISH_ATTEMPTS_SQL, {
             "now": now, "ids": list(cols[0]), "outcome": list(cols[1]), "http_status": list(cols[2]),
             "error_class": list(cols[3]), "error": list(cols[4]), "excerpt": list(cols[5]),
@@ -103,7 +131,7 @@ def keep_late_results(rows) -> None:
     """rows: (attempt id, late result dict): evidence from a fenced-off worker, nothing else."""
     if not rows:
         return
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(
             "UPDATE runs_attempt a SET late_result = v.late::jsonb "
             "FROM unnest(%s::bigint[], %s::text[]) AS v(id, late) WHERE a.id = v.id",
@@ -126,7 +154,7 @@ def apply_runs(updates, *, now) -> None:
     """updates: (run id, state, next_eligible_at or None, error text or None)."""
     if not updates:
         return
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(APPLY_RUNS_SQL, {
             "now": now, "ids": [str(u[0]) for u in updates], "states": [u[1] for u in updates],
             "eligible": [u[2] for u in updates], "errors": [u[3] or "" for u in updates],
@@ -145,7 +173,7 @@ def insert_events(events, *, now) -> None:
     """events: runs.queue.Event objects."""
     if not events:
         return
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(INSERT_EVENTS_SQL, {
             "now": now,
             "tenants": [str(e.tenant_id) for e in events],
@@ -169,7 +197,7 @@ def advance_schedules(schedules, *, now) -> None:
     """The scanner's write-back of next_run_at (and completion) for a batch of schedules."""
     if not schedules:
         return
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(ADVANCE_SCHEDULES_SQL, {
             "now": now, "ids": [str(s.id) for s in schedules], "next": [s.next_run_at for s in schedules],
             "status": [s.status for s in schedules], "completed": [s.completed_at for s in schedules],

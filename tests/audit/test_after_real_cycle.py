@@ -58,7 +58,10 @@ def test_a_full_cycle_leaves_no_violations(tenant, target):
     states = dict(Run.objects.values_list("schedule__name", "state"))
     flaky_run = Run.objects.get(schedule=flaky)
     assert Run.objects.get(schedule=ok).state == "succeeded"
-    assert flaky_run.state == "ready" and flaky_run.generation == 1
+    # Waiting to retry. Full jitter can make the backoff tiny, so the second worker pass may
+    # already have tried it again: every attempt failed with the 503, none is open.
+    assert flaky_run.state == "ready" and flaky_run.generation >= 1
+    assert set(flaky_run.attempts.values_list("outcome", "http_status")) == {("failed", 503)}
     assert Run.objects.get(schedule=bad).state == "dead" and Run.objects.get(schedule=bad).generation == 2
     assert states["canceled"] == "canceled"
     assert Run.objects.get(id=lost_run.id).attempts.get(generation=1).outcome == "unknown"
