@@ -482,7 +482,7 @@ class SafeClient:
             return _failure(type(exc).__name__, f"cannot resolve {parsed.raw_host}: {os_error}", started, retryable=True)
         except aiohttp.InvalidURL as exc:
             return _refused(f"invalid URL: {exc}", started)
-        except TimeoutError as exc:
+        except TimeoutError:
             # aiohttp's ServerTimeoutError variants and the total limit all land here.
             return _failure("TimeoutError", f"timed out after {timeout:g}s", started, retryable=True, remote=remote)
         except aiohttp.ClientConnectorError as exc:

@@ -3,7 +3,7 @@ and the commands alike. Batched loop transitions are in `runs.queue`."""
 
 from django.db import transaction
 
-from runs.models import TERMINAL_STATES, Attempt, AttemptOutcome, Reason, Run, RunState
+from runs.models import Attempt, AttemptOutcome, Reason, Run, RunState
 from runs.queue import event, release_buffered, write_events
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import Conflict
@@ -94,6 +94,3 @@ def cancel_unstarted(schedule_id, *, reason: str, versions_below: int | None = N
     write_events([event(rid, tid, "run.canceled", state="canceled", reason=reason) for rid, tid in rows], now)
     return len(rows)
 
-
-def is_terminal(run: Run) -> bool:
-    return run.state in TERMINAL_STATES

@@ -4,25 +4,7 @@ loop) for as long as the build takes on a full retention window of events."""
 
 from django.db import migrations, models
 
-INDEX = models.Index(
-    condition=models.Q(("published_at__isnull", True)), fields=["next_attempt_at", "id"], name="outbox_relay_due_idx"
-)
-
-
-def create(apps, schema_editor):
-    model = apps.get_model("runs", "OutboxEvent")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(INDEX.create_sql(model, schema_editor, concurrently=True))
-    else:
-        schema_editor.add_index(model, INDEX)
-
-
-def drop(apps, schema_editor):
-    model = apps.get_model("runs", "OutboxEvent")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(INDEX.remove_sql(model, schema_editor, concurrently=True))
-    else:
-        schema_editor.remove_index(model, INDEX)
+from scheduler_project.migration_ops import AddIndexConcurrently
 
 
 class Migration(migrations.Migration):
@@ -33,8 +15,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AddIndex(model_name="outboxevent", index=INDEX)],
-            database_operations=[migrations.RunPython(create, drop)],
+        AddIndexConcurrently(
+            model_name="outboxevent",
+            index=models.Index(
+                condition=models.Q(("published_at__isnull", True)), fields=["next_attempt_at", "id"],
+                name="outbox_relay_due_idx",
+            ),
         ),
     ]
