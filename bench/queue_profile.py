@@ -1,12 +1,13 @@
 """Where a worker's database thread spends its time: runs.queue.claim and runs.queue.complete in
-this process, without HTTP, split into time inside PostgreSQL round trips (cursor.execute +
-fetch) and Python time around them (ORM query building, model instances, expression resolution).
+this process, without HTTP: wall time, this process's CPU, and the CPU of its PostgreSQL backend
+(from /proc), per run and per phase.
 
     .venv/bin/python bench/queue_profile.py [--runs 20000] [--batch 200] [--repeats 3]
 
 N ready runs due now are bulk-loaded; then claim(batch) -> a succeeded Result per claim (as the
 worker makes them) -> complete(results), until none is left. Printed per phase: ms per batch,
-µs per run, the share spent in SQL, queries per batch; and the end-to-end ceiling of one
+µs per run of wall time, of Python CPU and of PostgreSQL CPU, queries per batch through Django's
+cursor (the PostgreSQL fast path's own statements are not among them); and the end-to-end ceiling of one
 database thread (runs/s through claim + complete alone). The worker in dispatch/worker.py does
 exactly these two calls per batch on its one database thread, so this ceiling bounds a worker
 process whatever its HTTP concurrency.
@@ -54,18 +55,22 @@ def main():
 
     tenant = C.load_tenant("prof", "http://127.0.0.1:9/")
     s = C.load_schedules("qp", tenant, args.runs, target_url="http://127.0.0.1:9/run", next_run_at="now() + interval '10 days'")
+    connection.ensure_connection()
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        backend = cur.fetchone()[0]
     rows = []
     for rep in range(args.repeats):
         C.truncate_runs()
         C.load_due_runs(s, args.runs, "date_trunc('second', now()) - interval '1 second'")
         C.vacuum_analyze("runs_run", "runs_occurrence", "runs_outboxevent", "runs_attempt")
-        ph = {k: {"wall": 0.0, "sql": 0.0, "q": 0, "cpu": 0.0} for k in ("claim", "complete")}
+        ph = {k: {"wall": 0.0, "sql": 0.0, "q": 0, "cpu": 0.0, "pg": 0.0} for k in ("claim", "complete")}
         batches = 0
         t_all = time.perf_counter()
         while True:
             for name in ("claim", "complete"):
                 timer = SqlTimer()
-                t, cpu = time.perf_counter(), time.process_time()
+                t, cpu, pg = time.perf_counter(), time.process_time(), C.proc_cpu(backend)
                 with connection.execute_wrapper(timer):
                     if name == "claim":
                         claims = queue.claim("prof", args.batch)
@@ -77,6 +82,7 @@ def main():
                             for c in claims])
                 ph[name]["wall"] += time.perf_counter() - t
                 ph[name]["cpu"] += time.process_time() - cpu
+                ph[name]["pg"] += C.proc_cpu(backend) - pg
                 ph[name]["sql"] += timer.seconds
                 ph[name]["q"] += timer.queries
                 if name == "claim" and not out:
@@ -88,16 +94,17 @@ def main():
         done = C.sql("SELECT count(*) FROM runs_run WHERE state = 'succeeded'")[0][0]
         rows.append({"ph": ph, "batches": batches, "total": total, "done": done})
         print(f"  [#{rep + 1}] {done}/{args.runs} succeeded in {batches} batches, {total:.2f}s: "
-              + "; ".join(f"{k} {v['wall'] / batches * 1000:.1f} ms/batch ({v['sql'] / v['wall']:.0%} in SQL round trips, "
-                          f"{v['q'] / batches:.1f} queries/batch)" for k, v in ph.items()), flush=True)
+              + "; ".join(f"{k} {v['wall'] / batches * 1000:.1f} ms/batch ({v['q'] / batches:.1f} Django queries/batch)"
+                            for k, v in ph.items()), flush=True)
 
     print(f"\nqueue profile: claim + complete in batches of {args.batch}, one connection, no HTTP, median of {args.repeats}:")
     for name in ("claim", "complete"):
         per_run = [r["ph"][name]["wall"] / r["done"] * 1e6 for r in rows]
-        py = [(r["ph"][name]["wall"] - r["ph"][name]["sql"]) / r["done"] * 1e6 for r in rows]
-        print(f"  {name:9s} {C.fmt(C.median(per_run), ' µs/run', 0)} (of which Python outside SQL calls "
-              f"{C.fmt(C.median(py), ' µs/run', 0)}), process CPU {C.fmt(C.median([r['ph'][name]['cpu'] / r['done'] * 1e6 for r in rows]), ' µs/run', 0)}, "
-              f"{C.fmt(C.median([r['ph'][name]['q'] / r['batches'] for r in rows]), ' queries/batch', 1)}")
+        def med(key):
+            return C.median([r["ph"][name][key] / r["done"] * 1e6 for r in rows])
+        print(f"  {name:9s} wall {C.fmt(C.median(per_run), ' µs/run', 0)}, Python CPU {C.fmt(med('cpu'), ' µs/run', 0)}, "
+              f"PostgreSQL CPU {C.fmt(med('pg'), ' µs/run', 0)}, "
+              f"{C.fmt(C.median([r['ph'][name]['q'] / r['batches'] for r in rows]), ' Django queries/batch', 1)}")
     print(f"  ceiling of one database thread: {C.fmt(C.median([r['done'] / r['total'] for r in rows]), ' runs/s', 0)} "
           f"(claim + complete only)")
 

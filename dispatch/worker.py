@@ -77,11 +77,15 @@ class TargetCache:
         return float(min(seconds, max(1, settings.SCHEDULER_LEASE_SECONDS - 5)))
 
     def target(self, c: Claimed) -> Target:
-        if c.target is not None:
+        t = self.versions.get(c.version_id)
+        if t is None:
             url, method, headers, timeout, payload = c.target
             # The payload as PostgreSQL renders its JSON is the body: it is what gets signed.
-            return Target(url, method, json.loads(headers) if headers else {}, payload.encode(), self._timeout(timeout))
-        return self.versions[c.version_id]
+            t = Target(url, method, json.loads(headers) if headers else {}, payload.encode(), self._timeout(timeout))
+            if len(self.versions) > self.MAX_VERSIONS:
+                self.versions.clear()
+            self.versions[c.version_id] = t
+        return t
 
     def load(self, claims: list[Claimed]) -> None:
         missing = {c.version_id for c in claims if c.target is None} - self.versions.keys()
@@ -209,8 +213,10 @@ class Worker:
                 retryable=res.retryable,
                 http_status=res.status,
                 error_class=res.error_class or "",
-                error=res.error or "",
-                response_excerpt=res.body_excerpt.decode("utf-8", "replace"),
+                error=(res.error or "").replace("\x00", "\ufffd"),
+                # PostgreSQL text cannot hold NUL: one in a target's answer must not make the
+                # whole batch of results unwritable.
+                response_excerpt=res.body_excerpt.decode("utf-8", "replace").replace("\x00", "\ufffd"),
                 latency_ms=res.latency_ms,
                 remote_address=res.remote_address or "",
                 retry_after=res.retry_after,
@@ -406,5 +412,19 @@ class Worker:
         await self.flush()
 
 
+def loop_factory():
+    """uvloop's event loop unless SCHEDULER_WORKER_LOOP says asyncio or uvloop is missing
+    (bench/README.md has the measured difference)."""
+    if getattr(settings, "SCHEDULER_WORKER_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            log.warning("uvloop is not installed; using asyncio's event loop")
+        else:
+            return uvloop.new_event_loop
+    return None
+
+
 def run_worker(worker_id: str, *, once: bool = False, stop: threading.Event | None = None, **kwargs) -> dict:
-    return asyncio.run(Worker(worker_id, stop=stop, **kwargs).run(once=once))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(Worker(worker_id, stop=stop, **kwargs).run(once=once))

@@ -367,6 +367,9 @@ class Claimed:
     # (url, method, headers JSON, timeout seconds, payload JSON text) of the version, when the
     # claim statement returned them (PostgreSQL), so the worker needs no second query.
     target: tuple | None = None
+    # (backoff base, backoff max, overlap policy) of the version, likewise; complete() reads the
+    # version for them otherwise.
+    policy: tuple | None = None
 
 
 class ClaimLimits:
@@ -623,68 +626,85 @@ class Result:
         }
 
 
-def next_state_after_failure(attempts_used, max_attempts, retryable, base, cap, now, retry_after=None):
-    """(state, next_eligible_at) for a failed or unknown attempt under the retry policy."""
+def retry_delay(attempts_used, max_attempts, retryable, base, cap, retry_after=None) -> float | None:
+    """Seconds until a failed or unknown attempt's run is retried, or None when it is dead."""
     if not retryable or attempts_used >= max_attempts:
-        return RunState.DEAD, None
+        return None
     delay = backoff_seconds(attempts_used, base, cap)
     if retry_after:
         delay = max(delay, min(retry_after, 3600.0))
+    return delay
+
+
+def next_state_after_failure(attempts_used, max_attempts, retryable, base, cap, now, retry_after=None):
+    """(state, next_eligible_at) for a failed or unknown attempt under the retry policy."""
+    delay = retry_delay(attempts_used, max_attempts, retryable, base, cap, retry_after)
+    if delay is None:
+        return RunState.DEAD, None
     return RunState.READY, now + timedelta(seconds=delay)
 
 
 def complete(results: list[Result]) -> tuple[int, int]:
     """Apply a batch of results in one transaction. A result is applied only where the run is
     still leased at that generation; any other result is kept on its attempt as late evidence
-    and changes nothing else. Returns (applied, fenced)."""
+    and changes nothing else. Returns (applied, fenced).
+
+    The next state is decided from what the claim returned (attempts used, retry budget): while
+    the generation holds the lease nobody else can change those, and where it no longer holds,
+    the decision is discarded by the fenced write."""
     if not results:
         return 0, 0
+    policies = {r.claimed.version_id: VersionPolicy(*r.claimed.policy) for r in results if r.claimed.policy}
+    policies.update(version_policies({r.claimed.version_id for r in results} - policies.keys()))
+    decided = []
+    for r in results:
+        c = r.claimed
+        if r.outcome == AttemptOutcome.SUCCEEDED:
+            decided.append((r, RunState.SUCCEEDED, None))
+            continue
+        p = policies[c.version_id]
+        delay = retry_delay(c.attempts_used, c.max_attempts, r.retryable, p.backoff_base, p.backoff_max, r.retry_after)
+        decided.append((r, RunState.DEAD if delay is None else RunState.READY, delay))
     with transaction.atomic():
-        keys = [(r.claimed.run_id, r.claimed.generation) for r in results]
         if _pg():
-            rows = pgqueue.lock_owned(keys)
-            now = rows[0][6] if rows else db_now()
+            applied, now = pgqueue.complete(decided)
         else:
-            now = db_now()
-            rows = _owned(keys).select_for_update().values_list(
-                "id", "generation", "attempts_used", "max_attempts", "version_id", "schedule_id"
-            )
-        owned = {row[0]: row for row in rows}
-        policies = version_policies({row[4] for row in owned.values()})
-        finished, late, run_updates, events, ended_schedules = [], [], [], [], set()
-        for r in results:
-            c = r.claimed
-            row = owned.get(c.run_id)
-            if row is None or row[1] != c.generation:
-                late.append((c.attempt_id, {**r.evidence(), "receivedAt": _iso(now)}))
-                continue
-            finished.append((c.attempt_id, r.outcome, r.http_status, r.error_class[:100], r.error[:2000],
-                             r.response_excerpt, r.latency_ms, r.remote_address or ""))
-            policy = policies[row[4]]
-            if r.outcome == AttemptOutcome.SUCCEEDED:
-                state, eligible = RunState.SUCCEEDED, None
-            else:
-                state, eligible = next_state_after_failure(
-                    row[2], row[3], r.retryable, policy.backoff_base, policy.backoff_max, now, r.retry_after
-                )
-            run_updates.append((c.run_id, state, eligible, r.error or (f"HTTP {r.http_status}" if r.http_status else "")))
-            if state in TERMINAL_STATES and policy.overlap == "buffer_one":
-                ended_schedules.add(row[5])  # a run may be buffered behind this one
-            events.append(
-                event(c.run_id, c.tenant_id, f"run.{'retry_scheduled' if state == RunState.READY else state}",
-                      generation=c.generation, state=state, nextEligibleAt=_iso(eligible), **r.evidence())
-            )
-        if _pg():
-            pgqueue.finish_attempts(finished, now=now)
-            pgqueue.keep_late_results(late)
-            pgqueue.apply_runs(run_updates, now=now)
-        else:
-            _finish_attempts_orm(finished, late, now)
-            _apply_run_updates(run_updates, now)
-        write_events(events, now)
-        if ended_schedules:
-            release_buffered(ended_schedules, now)
-    return len(run_updates), len(results) - len(run_updates)
+            applied, now = _complete_orm(decided)
+        ended = {
+            r.claimed.schedule_id
+            for r, state, _ in decided
+            if state in TERMINAL_STATES
+            and policies[r.claimed.version_id].overlap == "buffer_one"
+            and (r.claimed.run_id, r.claimed.generation) in applied
+        }
+        if ended:
+            release_buffered(ended, now)  # a run may be buffered behind one that just ended
+    return len(applied), len(results) - len(applied)
+
+
+def _complete_orm(decided) -> tuple[set, datetime]:
+    """complete()'s writes through the ORM (the embedded database); pgqueue.COMPLETE_SQL on PostgreSQL."""
+    now = db_now()
+    keys = [(r.claimed.run_id, r.claimed.generation) for r, _, _ in decided]
+    owned = set(_owned(keys).select_for_update().values_list("id", "generation"))
+    finished, late, run_updates, events = [], [], [], []
+    for r, state, delay in decided:
+        c = r.claimed
+        if (c.run_id, c.generation) not in owned:
+            late.append((c.attempt_id, {**r.evidence(), "receivedAt": _iso(now)}))
+            continue
+        eligible = now + timedelta(seconds=delay) if state == RunState.READY else None
+        finished.append((c.attempt_id, r.outcome, r.http_status, r.error_class[:100], r.error[:2000],
+                         r.response_excerpt, r.latency_ms, r.remote_address or ""))
+        run_updates.append((c.run_id, state, eligible, r.error or (f"HTTP {r.http_status}" if r.http_status else "")))
+        events.append(
+            event(c.run_id, c.tenant_id, f"run.{'retry_scheduled' if state == RunState.READY else state}",
+                  generation=c.generation, state=state, nextEligibleAt=_iso(eligible), **r.evidence())
+        )
+    _finish_attempts_orm(finished, late, now)
+    _apply_run_updates(run_updates, now)
+    write_events(events, now)
+    return owned, now
 
 
 @dataclass(frozen=True)
@@ -700,10 +720,10 @@ _policies: dict = {}
 def version_policies(version_ids) -> dict:
     """Retry and overlap policy per schedule version. Versions never change, so each is read
     once per process."""
+    if len(_policies) > 100_000:
+        _policies.clear()
     missing = [v for v in version_ids if v not in _policies]
     if missing:
-        if len(_policies) > 100_000:
-            _policies.clear()
         for vid, base, cap, overlap in ScheduleVersion.objects.filter(id__in=missing).values_list(
             "id", "backoff_base_seconds", "backoff_max_seconds", "overlap_policy"
         ):

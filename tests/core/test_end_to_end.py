@@ -87,3 +87,28 @@ def test_no_key_or_a_bad_key_is_401(api, target):
     assert r.status_code == 401 and "error" in r.json()
     anon.credentials(HTTP_AUTHORIZATION="Bearer sk_nope")
     assert anon.get(f"/api/v1/schedules/{uuid.uuid4()}").status_code == 401
+
+
+def test_a_nul_byte_in_the_answer_is_kept_readable_and_does_not_block_the_batch(api, tenant, target):
+    """PostgreSQL text cannot hold NUL; an answer with one must still be recorded, and the other
+    results in the same batch with it."""
+    target.responder = lambda d: (500, b'bad\x00answer') if d["path"] == "/nul" else (200, b"ok")
+    runs = []
+    for path in ("/nul", "/fine"):
+        body = api.post("/api/v1/schedules", {"expression": "rate(1 minute)", "timeZone": "UTC",
+                                               "retryPolicy": {"maxAttempts": 1},
+                                               "target": {"url": target.url + path}}, format="json").json()
+        make_due(Schedule.objects.get(id=body["id"]))
+    drain(scan_step)
+    stats = run_worker("w-nul", once=True, poll_seconds=0)
+    assert stats["applied"] == 2
+    nul = Run.objects.get(schedule__versions__target_url=target.url + "/nul")
+    fine = Run.objects.get(schedule__versions__target_url=target.url + "/fine")
+    assert (nul.state, fine.state) == ("dead", "succeeded")
+    attempt = Attempt.objects.get(run=nul)
+    assert attempt.response_excerpt == "bad\ufffdanswer" and attempt.http_status == 500
+    event = OutboxEvent.objects.get(run=nul, kind="run.dead")
+    assert event.payload == {"runId": str(nul.id), "generation": 1, "state": "dead", "nextEligibleAt": None,
+                             "outcome": "failed", "httpStatus": 500, "errorClass": "HTTPStatus",
+                             "error": "HTTP 500", "latencyMs": attempt.latency_ms}
+    assert nul.last_error == "HTTP 500"
