@@ -52,10 +52,14 @@ def one_run(args, cfg, sets, target, n, tag):
         procs.stop()
         raise SystemExit(f"loading and starting took past the instant ({(now - t).total_seconds():.1f}s late): raise --lead")
     delivered0 = target.count()
+    # Each worker opens its other sessions (second database lane, LISTEN) as it starts: list the
+    # backends just before the instant so the meter sees all of them.
+    time.sleep(max(0, (t - now).total_seconds() - 1.0))
+    backends = C.backend_pids("scheduler-work")
     meter = C.CpuMeter()
     meter.start({"workers": [p.pid for p in procs.procs], "their PG backends": backends,
                  "target": [p.pid for p in target.procs]})
-    wait = (t - now).total_seconds()
+    wait = (t - C.db_now()).total_seconds()
     time.sleep(max(0, wait - 0.05))
     done = C.wait_drained(procs, timeout=args.timeout)
     cpu = meter.stop()

@@ -400,7 +400,9 @@ class ClaimLimits:
 
 
 _limits = ClaimLimits()
-_rotation = itertools.count()
+# Each process starts its rotation somewhere else, so a fleet's workers do not all begin their
+# claims at the same tenant.
+_rotation = itertools.count(random.randrange(1 << 16))
 
 # Due tenants by a skip scan over run_ready_tenant_idx: one index probe per tenant with due runs,
 # however many runs each has.
@@ -423,8 +425,11 @@ SELECT c.id, c.tenant_id, c.target_host
 FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
 CROSS JOIN LATERAL (
     SELECT r.id, r.tenant_id, r.target_host FROM runs_run r
-    WHERE r.state = 'ready' AND r.tenant_id = t.tenant_id AND r.next_eligible_at <= %(now)s
-    ORDER BY r.next_eligible_at
+    -- Only run_ready_tenant_idx gives this order (see runs.pgqueue.CLAIM_DUE_SQL: with an
+    -- equality the planner may walk run_ready_idx and filter by tenant).
+    WHERE r.state = 'ready' AND r.tenant_id >= t.tenant_id AND r.tenant_id <= t.tenant_id
+      AND r.next_eligible_at <= %(now)s
+    ORDER BY r.tenant_id, r.next_eligible_at
     LIMIT %(per_tenant)s
     FOR UPDATE OF r SKIP LOCKED
 ) c
@@ -521,6 +526,11 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None) -> li
     the generation, set the lease from the database clock, open the attempt, write the event."""
     lease = timedelta(seconds=lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
     with transaction.atomic():
+        if _pg() and not any(_limits.get()):
+            # No tenant has a cap or a target budget: the same choice, made in one statement.
+            rows = pgqueue.claim_due(worker=worker_id, limit=limit, lease_seconds=lease.total_seconds(),
+                                     shift=next(_rotation))
+            return [Claimed(*r) for r in rows]
         now = db_now()
         ids = _pick(_candidates(now, limit), limit)
         if not ids:
