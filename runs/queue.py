@@ -895,8 +895,11 @@ def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
     """
     with transaction.atomic():
         now = db_now()
+        # Buffered runs wait at BUFFERED_UNTIL, the far end of run_ready_idx: this reads them
+        # only, not every ready run of a backlog.
         buffered = set(
-            Run.objects.filter(state=RunState.READY, reason=Reason.BUFFERED).values_list("schedule_id", flat=True)
+            Run.objects.filter(state=RunState.READY, next_eligible_at=BUFFERED_UNTIL, reason=Reason.BUFFERED)
+            .values_list("schedule_id", flat=True)
         )
         if buffered:
             release_buffered(buffered, now)
