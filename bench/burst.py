@@ -1,7 +1,7 @@
 """Burst: N runs (default 100,000) due at one instant, dispatched by real `manage.py work`
 processes to a local target on 127.0.0.1 that answers 200 at once.
 
-    .venv/bin/python bench/burst.py [--runs 100000] [--repeats 3] [--configs 2x256x200,2x128x100]
+    .venv/bin/python bench/burst.py [--runs 100000] [--repeats 3] [--configs 2x1024x400,3x768x300]
 
 Per configuration and repeat: the run side is emptied, N occurrences + ready runs (+ their
 run.created events) are bulk-loaded with next_eligible_at = scheduled_time = T, an instant
@@ -59,10 +59,14 @@ def one_run(args, cfg, sets, target, n, tag):
     meter = C.CpuMeter()
     meter.start({"workers": [p.pid for p in procs.procs], "their PG backends": backends,
                  "target": [p.pid for p in target.procs]})
+    wal0 = C.sql("SELECT pg_current_wal_lsn()")[0][0]
     wait = (t - C.db_now()).total_seconds()
     time.sleep(max(0, wait - 0.05))
     done = C.wait_drained(procs, timeout=args.timeout)
     cpu = meter.stop()
+    # WAL of the whole server while the burst was dispatched (claims, results, events, and
+    # whatever else ran meanwhile: full-page images after a checkpoint count here too).
+    wal = C.sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal0])[0][0]
     procs.sample_hwm()
     hwm = [procs.hwm.get(p.pid) for p in procs.procs]
     procs.stop()
@@ -71,6 +75,7 @@ def one_run(args, cfg, sets, target, n, tag):
     r["attempts"] = C.sql("SELECT count(*) FROM runs_attempt")[0][0]
     r["rss"] = hwm
     r["cpu"] = cpu
+    r["wal_per_run"] = float(wal) / n
     r["done"] = done
     r["rate"] = n / r["all_succeeded"] if r["all_succeeded"] else None
     # Throughput once the first claim happened (excludes the idle poll before T).
@@ -84,7 +89,8 @@ def describe(r):
         f"{C.fmt(r['rate'], '', 0)} runs/s ({C.fmt(r['rate_busy'], '', 0)}/s from first claim), "
         f"lag p50 {C.fmt(r['lag_p50'], 's', 2)} p99 {C.fmt(r['lag_p99'], 's', 2)}, "
         f"succeeded {r['succeeded']}/{r['runs']}, delivered {r['delivered']}, attempts {r['attempts']}, "
-        f"peak RSS/worker {', '.join(C.fmt(x, '', 0) for x in r['rss'])} MiB"
+        f"peak RSS/worker {', '.join(C.fmt(x, '', 0) for x in r['rss'])} MiB, "
+        f"WAL while dispatching {r['wal_per_run'] / 1024:.1f} KiB/run"
         + ("" if r["done"] else "  [TIMED OUT]")
     )
 
@@ -93,7 +99,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--configs", default="2x256x200",
+    ap.add_argument("--configs", default="2x1024x400",
                     help="comma-separated WORKERSxCONCURRENCYxBATCH; the best (by median time to all succeeded) is reported")
     ap.add_argument("--tenants", type=int, default=10, help="runs are spread over this many tenants")
     ap.add_argument("--target-procs", type=int, default=1)

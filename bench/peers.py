@@ -1,7 +1,7 @@
 """Peers, side by side in one run on the same PostgreSQL: N no-op jobs through Procrastinate, and
 N runs through the scheduler's workers, each of which makes a real HTTP call to a local target.
 
-    .venv/bin/python bench/peers.py [--jobs 20000] [--rounds 3] [--config 2x256x200] [--procrastinate-concurrency 20]
+    .venv/bin/python bench/peers.py [--jobs 20000] [--rounds 3] [--config 2x1024x400] [--procrastinate-concurrency 20]
 
 Procrastinate is installed only in bench/.venv-peers (made here if missing:
 `python3 -m venv bench/.venv-peers && bench/.venv-peers/bin/pip install procrastinate psycopg[binary]`)
@@ -91,7 +91,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--config", default="2x256x200", help="our WORKERSxCONCURRENCYxBATCH; Procrastinate gets as many processes")
+    ap.add_argument("--config", default="2x1024x400", help="our WORKERSxCONCURRENCYxBATCH; Procrastinate gets as many processes")
     ap.add_argument("--procrastinate-concurrency", type=int, default=20)
     ap.add_argument("--poll", type=float, default=1.0)
     ap.add_argument("--lead", type=float, default=8.0)
