@@ -61,6 +61,20 @@ def test_a_small_batch_never_skips_a_run_the_policy_keeps(tenant, target):
         assert [r[1] for r in states(s)] == ["skipped"] * 8 + ["ready"] * 5
 
 
+def test_a_backlog_is_worked_off_one_batch_per_pass_and_each_policy_keeps_its_runs(tenant, target):
+    """Batches of one over three schedules with different policies: every pass makes progress,
+    and each schedule ends with exactly what its policy keeps."""
+    policies = {"skip": 0, "run_once": 1, "catch_up": 4}
+    schedules = {p: materialised_on_time(tenant, target.url + f"/{p}", misfire_policy=p, catchup_limit=4)
+                 for p in policies}
+    passes = []
+    while n := skip_unclaimed_misfires(batch=1):
+        passes.append(n)
+    assert sum(passes) == 39 - sum(policies.values()) and len(passes) == sum(passes)  # one run per pass
+    for p, kept in policies.items():
+        assert [r[1] for r in states(schedules[p])] == ["skipped"] * (13 - kept) + ["ready"] * kept, p
+
+
 def test_manual_and_backfill_runs_are_not_misfires(tenant, target):
     schedule = materialised_on_time(tenant, target.url + "/w", misfire_policy="skip")
     Run.objects.filter(schedule=schedule, scheduled_time=states(schedule)[0][0]).update(kind=RunKind.MANUAL)
