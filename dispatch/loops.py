@@ -128,7 +128,8 @@ def reconcile_step(*, batch: int = 500) -> bool:
     skipped = queue.skip_unclaimed_misfires(batch=batch)
     if expired or skipped:
         log.info("reconcile: %d expired leases recovered, %d unclaimed occurrences skipped (misfire)", expired, skipped)
-    return expired >= batch
+    # Either step may have stopped at its bound with more to do: come straight back.
+    return expired >= batch or skipped >= batch * queue.MISFIRE_BATCHES_PER_PASS
 
 
 def drain(step, **kwargs) -> None:

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.db.models import (
     Case,
     Count,
+    Min,
     CharField,
     DateTimeField,
     F,
@@ -875,7 +876,12 @@ def expire_leases(*, batch: int = 500) -> int:
     return len(runs)
 
 
-def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
+# A misfire pass skips at most this many batches (each its own transaction) before it lets the
+# reconciler loop run its other steps; it reports more work, so the loop comes straight back.
+MISFIRE_BATCHES_PER_PASS = 20
+
+
+def skip_unclaimed_misfires(*, batch: int = 1000, max_batches: int = MISFIRE_BATCHES_PER_PASS) -> int:
     """Misfire for occurrences that were materialised but never claimed within their grace (all
     workers down, a long backlog): the schedule's misfire policy decides which still run, the
     rest become `skipped` with reason misfire. Returns how many were skipped.
@@ -884,14 +890,20 @@ def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
     1. Release buffered runs whose earlier run ended without releasing them (an operator cancel,
        a misfire skip, or a scanner that buffered a run while the earlier one was completing):
        nothing else would ever wake them.
-    2. Rank each schedule's missed runs (ready, never attempted, eligible longer ago than the
+    2. If the oldest unclaimed run is still within the smallest grace of any version, no run can
+       have been missed: stop (two index probes, however long the backlog; a burst being worked
+       off within its grace costs nothing here).
+    3. Rank each schedule's missed runs (ready, never attempted, eligible longer ago than the
        grace) newest first, and pick those ranked past what the policy keeps (0, 1 or
        catchupLimit). Ranking over the whole missed set, not over a locked batch, means a pass
        never skips a run that should be kept and always makes progress however many are kept.
        PostgreSQL refuses FOR UPDATE beside a window function, hence the separate lock step.
-    3. Lock the picked runs (SKIP LOCKED, re-checking they are still unclaimed) and skip them.
-       Between 2 and 3 the set can only gain newer runs or lose ones a worker claimed; either
-       way a picked run is still not among the latest to keep, or has been claimed and is left.
+       The ranking reads the missed backlog once per pass, so one pass skips up to
+       `max_batches` batches of what it found.
+    4. Lock each batch of picked runs (SKIP LOCKED, re-checking they are still unclaimed) and skip
+       them, one transaction per batch. Between 3 and 4 the set can only gain newer runs or lose
+       ones a worker claimed; either way a picked run is still not among the latest to keep, or
+       has been claimed and is left.
     """
     with transaction.atomic():
         now = db_now()
@@ -903,43 +915,50 @@ def skip_unclaimed_misfires(*, batch: int = 1000) -> int:
         )
         if buffered:
             release_buffered(buffered, now)
-        unclaimed = Run.objects.filter(
-            state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
+    unclaimed = Run.objects.filter(
+        state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
+    )
+    oldest = unclaimed.order_by("next_eligible_at").values_list("next_eligible_at", flat=True).first()
+    if oldest is None:
+        return 0
+    least_grace = ScheduleVersion.objects.aggregate(g=Min("misfire_grace_seconds"))["g"] or 0
+    if oldest >= now - timedelta(seconds=least_grace):
+        return 0
+    # "Eligible longer ago than its version's grace", as one range per distinct grace value
+    # (there are few), because interval arithmetic on a column is not portable to SQLite.
+    graces = set(unclaimed.values_list("version__misfire_grace_seconds", flat=True).distinct()[:1000])
+    missed = Q()
+    for g in graces:
+        missed |= Q(version__misfire_grace_seconds=g, next_eligible_at__lt=now - timedelta(seconds=g))
+    picked = list(
+        unclaimed.filter(missed)
+        .annotate(
+            newer=Window(RowNumber(), partition_by=[F("schedule_id")], order_by=[F("scheduled_time").desc(), F("id").desc()]),
+            keep=Case(
+                When(version__misfire_policy="skip", then=Value(0)),
+                When(version__misfire_policy="run_once", then=Value(1)),
+                default=F("version__catchup_limit"),
+                output_field=IntegerField(),
+            ),
         )
-        # "Eligible longer ago than its version's grace", as one range per distinct grace value
-        # (there are few), because interval arithmetic on a column is not portable to SQLite.
-        graces = set(unclaimed.values_list("version__misfire_grace_seconds", flat=True).distinct()[:1000])
-        if not graces:
-            return 0
-        missed = Q()
-        for g in graces:
-            missed |= Q(version__misfire_grace_seconds=g, next_eligible_at__lt=now - timedelta(seconds=g))
-        picked = list(
-            unclaimed.filter(missed)
-            .annotate(
-                newer=Window(RowNumber(), partition_by=[F("schedule_id")], order_by=[F("scheduled_time").desc(), F("id").desc()]),
-                keep=Case(
-                    When(version__misfire_policy="skip", then=Value(0)),
-                    When(version__misfire_policy="run_once", then=Value(1)),
-                    default=F("version__catchup_limit"),
-                    output_field=IntegerField(),
-                ),
+        .filter(newer__gt=F("keep"))
+        .order_by("next_eligible_at")
+        .values_list("id", flat=True)[: batch * max_batches]
+    )
+    skipped = 0
+    for i in range(0, len(picked), batch):
+        with transaction.atomic():
+            doomed = list(
+                Run.objects.filter(id__in=picked[i : i + batch], state=RunState.READY, generation=0, reason="")
+                .select_for_update(skip_locked=True)
+                .values_list("id", "tenant_id")
             )
-            .filter(newer__gt=F("keep"))
-            .order_by("next_eligible_at")
-            .values_list("id", flat=True)[:batch]
-        )
-        if not picked:
-            return 0
-        doomed = list(
-            Run.objects.filter(id__in=picked, state=RunState.READY, generation=0, reason="")
-            .select_for_update(skip_locked=True)
-            .values_list("id", "tenant_id")
-        )
-        if not doomed:
-            return 0
-        Run.objects.filter(id__in=[r[0] for r in doomed]).update(
-            state=RunState.SKIPPED, reason=Reason.MISFIRE, next_eligible_at=None, finished_at=now
-        )
-        write_events([event(rid, tid, "run.skipped", state="skipped", reason="misfire") for rid, tid in doomed], now)
-    return len(doomed)
+            if not doomed:
+                continue
+            now = db_now()
+            Run.objects.filter(id__in=[r[0] for r in doomed]).update(
+                state=RunState.SKIPPED, reason=Reason.MISFIRE, next_eligible_at=None, finished_at=now
+            )
+            write_events([event(rid, tid, "run.skipped", state="skipped", reason="misfire") for rid, tid in doomed], now)
+            skipped += len(doomed)
+    return skipped

@@ -204,6 +204,12 @@ class ScheduleVersion(models.Model):
 
     class Meta:
         ordering = ["schedule", "-version"]
+        indexes = [
+            # The reconciler's misfire pass (runs.queue.skip_unclaimed_misfires): the smallest
+            # grace of any version, read in one probe, says whether any unclaimed run can have
+            # been missed yet, so a backlog still within its grace costs nothing to check.
+            models.Index(fields=["misfire_grace_seconds"], name="version_grace_idx"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["schedule", "version"], name="schedule_version_unique"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="schedule_version_max_attempts_positive"),

@@ -4,6 +4,8 @@ reconciler (reconcile_step -> skip_unclaimed_misfires) applies the misfire polic
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from dispatch.loops import reconcile_step
 from runs.models import OutboxEvent, Run, RunKind, RunState
@@ -68,11 +70,32 @@ def test_a_backlog_is_worked_off_one_batch_per_pass_and_each_policy_keeps_its_ru
     schedules = {p: materialised_on_time(tenant, target.url + f"/{p}", misfire_policy=p, catchup_limit=4)
                  for p in policies}
     passes = []
-    while n := skip_unclaimed_misfires(batch=1):
+    while n := skip_unclaimed_misfires(batch=1, max_batches=1):
         passes.append(n)
     assert sum(passes) == 39 - sum(policies.values()) and len(passes) == sum(passes)  # one run per pass
     for p, kept in policies.items():
         assert [r[1] for r in states(schedules[p])] == ["skipped"] * (13 - kept) + ["ready"] * kept, p
+
+
+def test_a_backlog_still_within_every_grace_is_checked_without_reading_it(tenant, target):
+    """The smallest grace of any version bounds what can have been missed: while the oldest
+    unclaimed run is within it, the pass stops after a few index probes and never reads or ranks
+    the backlog (a burst being worked off)."""
+    materialised_on_time(tenant, target.url + "/w", misfire_policy="skip", misfire_grace_seconds=4 * 3600)
+    with CaptureQueriesContext(connection) as queries:
+        assert skip_unclaimed_misfires() == 0
+    sql = " ".join(q["sql"].upper() for q in queries.captured_queries)
+    assert "MIN(" in sql and "ROW_NUMBER" not in sql and "DISTINCT" not in sql
+    # One version with a short grace anywhere and the same backlog is ranked (and skipped).
+    materialised_on_time(tenant, target.url + "/v", misfire_policy="skip")
+    assert skip_unclaimed_misfires() == 13
+
+
+def test_one_pass_skips_several_batches_of_what_it_ranked(tenant, target):
+    schedule = materialised_on_time(tenant, target.url + "/w", misfire_policy="skip")
+    assert skip_unclaimed_misfires(batch=2, max_batches=3) == 6
+    assert skip_unclaimed_misfires(batch=2, max_batches=10) == 7
+    assert [r[1] for r in states(schedule)] == ["skipped"] * 13
 
 
 def test_manual_and_backfill_runs_are_not_misfires(tenant, target):
