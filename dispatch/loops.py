@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from runs import queue
+from schedules import idempotency
 
 log = logging.getLogger("scheduler.loops")
 
@@ -123,11 +124,21 @@ class Scanner:
         return busy
 
 
+# Expired Idempotency-Key records are pruned at most this often (they only cost space).
+IDEMPOTENCY_PRUNE_SECONDS = 60.0
+_next_idempotency_prune = 0.0
+
+
 def reconcile_step(*, batch: int = 500) -> bool:
+    global _next_idempotency_prune
     expired = queue.expire_leases(batch=batch)
     skipped = queue.skip_unclaimed_misfires(batch=batch)
     if expired or skipped:
         log.info("reconcile: %d expired leases recovered, %d unclaimed occurrences skipped (misfire)", expired, skipped)
+    if time.monotonic() >= _next_idempotency_prune:
+        pruned = idempotency.prune_expired()
+        # A full batch means more are waiting: come back on the next pass rather than in a minute.
+        _next_idempotency_prune = time.monotonic() + (0 if pruned >= 1000 else IDEMPOTENCY_PRUNE_SECONDS)
     # Either step may have stopped at its bound with more to do: come straight back.
     return expired >= batch or skipped >= batch * queue.MISFIRE_BATCHES_PER_PASS
 

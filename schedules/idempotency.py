@@ -5,12 +5,18 @@ the request and retry with the same key.
 
 The record is inserted in the same transaction as the work it guards, so two concurrent requests
 with one key cannot both do the work: the second blocks on the unique index until the first
-commits, then replays its answer."""
+commits, then replays its answer.
+
+A key is remembered for SCHEDULER_IDEMPOTENCY_RETENTION_HOURS: an older record counts as absent
+(whether or not the reconciler has pruned it yet), so the answer never depends on pruning."""
 
 import hashlib
 import json
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from rest_framework.response import Response
 
 from schedules.models import IdempotencyRecord
@@ -43,10 +49,12 @@ def idempotent(request, scope: str, handler) -> Response:
     tenant = request.user.tenant
     fingerprint = _fingerprint(request.data)
     existing = IdempotencyRecord.objects.filter(tenant=tenant, scope=scope, key=key).first()
-    if existing:
+    if existing and existing.created_at >= _cutoff():
         return _replay(existing, fingerprint)
     try:
         with transaction.atomic():
+            if existing:  # expired: the key starts a new request
+                IdempotencyRecord.objects.filter(id=existing.id, created_at__lt=_cutoff()).delete()
             record = IdempotencyRecord.objects.create(
                 tenant=tenant, scope=scope, key=key, request_hash=fingerprint, status_code=0, response={}
             )
@@ -61,3 +69,16 @@ def idempotent(request, scope: str, handler) -> Response:
             return response
     except IntegrityError:
         return _replay(IdempotencyRecord.objects.get(tenant=tenant, scope=scope, key=key), fingerprint)
+
+
+def _cutoff():
+    return timezone.now() - timedelta(hours=settings.SCHEDULER_IDEMPOTENCY_RETENTION_HOURS)
+
+
+def prune_expired(*, limit: int = 1000) -> int:
+    """Delete up to `limit` records older than the retention, oldest first (idempotency_created_idx)."""
+    ids = list(IdempotencyRecord.objects.filter(created_at__lt=_cutoff()).order_by("created_at").values_list("id", flat=True)[:limit])
+    if not ids:
+        return 0
+    deleted, _ = IdempotencyRecord.objects.filter(id__in=ids, created_at__lt=_cutoff()).delete()
+    return deleted

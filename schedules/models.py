@@ -268,6 +268,10 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "scope", "key"], name="idempotency_unique_key"),
         ]
+        indexes = [
+            # The reconciler's pruning of expired keys (schedules.idempotency.prune_expired).
+            models.Index(fields=["created_at"], name="idempotency_created_idx"),
+        ]
 
 
 class ApiRateCounter(models.Model):

@@ -2,11 +2,16 @@
 again; the same key with a different body is refused with 422; errors are not remembered."""
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
+
+from dispatch.loops import reconcile_step
 
 from runs.models import Run
+from schedules import idempotency
 from schedules.models import IdempotencyRecord, Schedule
 from tests.api.conftest import schedule_body
 from tests.conftest import api_client_for
@@ -97,3 +102,24 @@ def test_concurrent_creates_with_one_key_make_one_schedule(tenant, target):
     assert [code for code, _ in results] == [201] * 4
     assert len({sid for _, sid in results}) == 1
     assert Schedule.objects.filter(tenant=tenant).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_key_older_than_the_retention_starts_a_new_request_and_is_pruned(api, tenant, target, settings):
+    settings.SCHEDULER_IDEMPOTENCY_RETENTION_HOURS = 24
+    first = api.post("/api/v1/schedules", schedule_body(target), format="json", HTTP_IDEMPOTENCY_KEY=KEY)
+    other = api.post("/api/v1/schedules", schedule_body(target), format="json", HTTP_IDEMPOTENCY_KEY="kept-key")
+    IdempotencyRecord.objects.filter(key=KEY).update(created_at=timezone.now() - timedelta(hours=25))
+    # Expired but not pruned yet: the key counts as absent all the same, and is remembered anew.
+    again = api.post("/api/v1/schedules", schedule_body(target, name="new"), format="json", HTTP_IDEMPOTENCY_KEY=KEY)
+    assert again.status_code == 201 and again.json()["id"] != first.json()["id"]
+    assert "Idempotent-Replayed" not in again
+    assert api.post("/api/v1/schedules", schedule_body(target, name="new"), format="json",
+                    HTTP_IDEMPOTENCY_KEY=KEY).json()["id"] == again.json()["id"]
+    # The reconciler prunes what is past the retention, nothing else.
+    IdempotencyRecord.objects.filter(key=KEY).update(created_at=timezone.now() - timedelta(hours=30))
+    assert idempotency.prune_expired() == 1
+    assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["kept-key"]
+    assert other.status_code == 201
+    reconcile_step()  # the loop's prune step runs without error when nothing is due
+    assert IdempotencyRecord.objects.count() == 1
