@@ -1,10 +1,11 @@
-"""The queue's hot statements on PostgreSQL: one round trip per batch step, arrays in, rows out.
+"""The queue's hot statements on PostgreSQL: one round trip per batch step.
 
 `runs.queue` decides every transition (which runs, which states, which events); on PostgreSQL it
 writes them through these statements, elsewhere (the embedded SQLite quickstart) through the ORM.
 Measured before this module (bench/queue_profile.py): `complete` spent ~2.1 ms of Python per run
-building `bulk_update` CASE expressions and OR-chains of (id, generation); these statements pass
-columns as arrays (`unnest`), so the cost per run is a few microseconds of Python.
+building `bulk_update` CASE expressions and OR-chains of (id, generation). Here a batch goes in as
+one array literal or one JSON document (a single string join or C-encoded dump, not a Python
+adapter call per element), and each step is a single statement.
 """
 
 import json
@@ -38,6 +39,45 @@ class _Unprepared:
 
     def fetchall(self):
         return self.cur.fetchall()
+
+# Tenants with due runs as of {now}: a skip scan over run_ready_tenant_idx, one index probe per
+# tenant with due runs, however many runs each has.
+_DUE_TENANTS = """RECURSIVE t(tenant_id) AS (
+    (SELECT tenant_id FROM runs_run WHERE state = 'ready' AND next_eligible_at <= {now}
+     ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.tenant_id FROM runs_run r
+            WHERE r.state = 'ready' AND r.next_eligible_at <= {now} AND r.tenant_id > t.tenant_id
+            ORDER BY r.tenant_id LIMIT 1)
+    FROM t WHERE t.tenant_id IS NOT NULL
+)"""
+
+# Up to {limit} of tenant {tenant}'s oldest due runs, locked; rows another worker holds are skipped,
+# not waited for. Written so that only run_ready_tenant_idx gives this order: with `tenant_id = x
+# ... ORDER BY next_eligible_at` the planner walked run_ready_idx and filtered by tenant, reading
+# 13,460 rows per tenant per claim in a 50,000-run burst (the entries of runs already claimed stay
+# in that index until vacuum). A range instead of an equality keeps tenant_id in the sort order.
+_TENANT_DUE_RUNS = """
+    SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
+    WHERE r.state = 'ready' AND r.tenant_id >= {tenant} AND r.tenant_id <= {tenant}
+      AND r.next_eligible_at <= {now}
+    ORDER BY r.tenant_id, r.next_eligible_at
+    LIMIT {limit}
+    FOR UPDATE OF r SKIP LOCKED"""
+
+# The claim with caps in play, step 1: which tenants have due runs.
+DUE_TENANTS_SQL = ("WITH " + _DUE_TENANTS.format(now="%(now)s")
+                   + "\nSELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s")
+
+# Step 2: up to per_tenant due runs of each of these tenants, locked, in the given tenant order.
+CANDIDATES_SQL = """
+SELECT c.id, c.tenant_id, c.target_host
+FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
+CROSS JOIN LATERAL (""" + _TENANT_DUE_RUNS.format(tenant="t.tenant_id", now="%(now)s", limit="%(per_tenant)s") + """
+) c
+ORDER BY t.pos
+"""
+
 
 # After a `leased` CTE (RETURNING the run columns below): open the attempts, write the events and
 # return each claimed run with its version's call and retry policy. {now} is the claim's time.
@@ -79,15 +119,23 @@ WITH leased AS (
 """ + _CLAIM_TAIL.format(now="%(now)s")
 
 
-def claim(ids, *, worker: str, now, until) -> list[tuple]:
+def _claimed_rows(cur) -> list[tuple]:
     """Rows of (Claimed fields..., (url, method, headers JSON, timeout, payload JSON),
     (backoff base, backoff max, overlap policy))."""
+    return [(*r[:10], r[10:15], r[15:]) for r in cur.fetchall()]
+
+
+def _uuid_array(ids) -> str:
+    # One array literal (uuids need no quoting): one string join instead of a Python dumper call
+    # per element.
+    return "{" + ",".join(map(str, ids)) + "}"
+
+
+def claim(ids, *, worker: str, now, until) -> list[tuple]:
+    """_claimed_rows for the given ready runs (the claim with caps in play, step 3)."""
     with _cursor() as cur:
-        # One array literal (uuids need no quoting): one string join instead of a Python dumper
-        # call per element.
-        literal = "{" + ",".join(map(str, ids)) + "}"
-        cur.execute(CLAIM_SQL, {"ids": literal, "worker": worker, "now": now, "until": until})
-        return [(*r[:10], r[10:15], r[15:]) for r in cur.fetchall()]
+        cur.execute(CLAIM_SQL, {"ids": _uuid_array(ids), "worker": worker, "now": now, "until": until})
+        return _claimed_rows(cur)
 
 
 # Claim without caps in play, in one statement: find the tenants with due runs (a skip scan over
@@ -96,16 +144,7 @@ def claim(ids, *, worker: str, now, until) -> list[tuple]:
 # %(limit)s, and lease them as CLAIM_SQL does. One round trip instead of four means the rows are
 # locked for one statement and a commit, so concurrent workers skip fewer of each other's rows
 # (measured: the separate candidate query was the largest share of PostgreSQL's time in a burst).
-CLAIM_DUE_SQL = """
-WITH RECURSIVE t(tenant_id) AS (
-    (SELECT tenant_id FROM runs_run WHERE state = 'ready' AND next_eligible_at <= statement_timestamp()
-     ORDER BY tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.tenant_id FROM runs_run r
-            WHERE r.state = 'ready' AND r.next_eligible_at <= statement_timestamp() AND r.tenant_id > t.tenant_id
-            ORDER BY r.tenant_id LIMIT 1)
-    FROM t WHERE t.tenant_id IS NOT NULL
-), due AS (
+CLAIM_DUE_SQL = "WITH " + _DUE_TENANTS.format(now="statement_timestamp()") + """, due AS (
     SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) AS n, count(*) OVER () AS total
     FROM (SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT 10000) d
 ), served AS (
@@ -114,18 +153,8 @@ WITH RECURSIVE t(tenant_id) AS (
     SELECT 2 * ceil(%(limit)s::numeric / GREATEST(count(*), 1))::int AS per_tenant FROM served
 ), cand AS (
     SELECT c.id, c.next_eligible_at, s.pos
-    FROM served s CROSS JOIN share CROSS JOIN LATERAL (
-        SELECT r.id, r.next_eligible_at FROM runs_run r
-        -- Written so that only run_ready_tenant_idx gives this order: with `tenant_id = x ...
-        -- ORDER BY next_eligible_at` the planner walked run_ready_idx and filtered by tenant,
-        -- reading 13,460 rows per tenant per claim in a 50,000-run burst (the entries of runs
-        -- already claimed stay in that index until vacuum). A range instead of an equality
-        -- keeps tenant_id in the sort order.
-        WHERE r.state = 'ready' AND r.tenant_id >= s.tenant_id AND r.tenant_id <= s.tenant_id
-          AND r.next_eligible_at <= statement_timestamp()
-        ORDER BY r.tenant_id, r.next_eligible_at
-        LIMIT share.per_tenant
-        FOR UPDATE OF r SKIP LOCKED
+    FROM served s CROSS JOIN share CROSS JOIN LATERAL (""" + _TENANT_DUE_RUNS.format(
+    tenant="s.tenant_id", now="statement_timestamp()", limit="share.per_tenant") + """
     ) c
 ), picked AS (
     SELECT id FROM (
@@ -147,36 +176,29 @@ WITH RECURSIVE t(tenant_id) AS (
 
 
 def claim_due(*, worker: str, limit: int, lease_seconds: float, shift: int) -> list[tuple]:
-    """claim()'s rows for the due runs CLAIM_DUE_SQL picks."""
+    """_claimed_rows for the due runs CLAIM_DUE_SQL picks."""
     with _cursor() as cur:
         cur.execute(CLAIM_DUE_SQL, {"worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift})
-        return [(*r[:10], r[10:15], r[15:]) for r in cur.fetchall()]
+        return _claimed_rows(cur)
 
 
-# Which of these (run, generation) pairs still hold their lease; locks them for the caller's
-# transaction and reads the database clock in the same round trip.
-LOCK_OWNED_SQL = """
-SELECT r.id, r.generation, r.attempts_used, r.max_attempts, r.version_id, r.schedule_id, statement_timestamp()
-FROM runs_run r
-JOIN unnest(%(ids)s::uuid[], %(gens)s::int[]) AS k(id, generation) ON k.id = r.id AND k.generation = r.generation
-WHERE r.state = 'leased' {owner}
-ORDER BY r.id
-FOR UPDATE OF r
+# Heartbeat: extend the leases this worker still holds at these generations, in one statement;
+# the rows returned are the ones it still owns (the fence is the UPDATE's own WHERE).
+EXTEND_LEASES_SQL = """
+UPDATE runs_run r SET lease_until = statement_timestamp() + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::uuid[], %(gens)s::int[]) AS k(id, generation)
+WHERE r.id = k.id AND r.generation = k.generation AND r.state = 'leased' AND r.lease_owner = %(worker)s
+RETURNING r.id, r.generation
 """
 
 
-def lock_owned(keys, worker: str | None = None) -> list[tuple]:
-    ids = [str(k[0]) for k in keys]
-    gens = [k[1] for k in keys]
-    sql = LOCK_OWNED_SQL.format(owner="AND r.lease_owner = %(worker)s" if worker else "")
+def extend_leases(keys, *, worker: str, lease_seconds: float) -> set:
+    """keys: (run id, generation) pairs. Returns the pairs still owned (their leases extended)."""
+    gens = "{" + ",".join(str(k[1]) for k in keys) + "}"
     with _cursor() as cur:
-        cur.execute(sql, {"ids": ids, "gens": gens, "worker": worker})
-        return cur.fetchall()
-
-
-def extend_leases(ids, *, until) -> None:
-    with _cursor() as cur:
-        cur.execute("UPDATE runs_run SET lease_until = %s WHERE id = ANY(%s::uuid[])", [until, [str(i) for i in ids]])
+        cur.execute(EXTEND_LEASES_SQL, {"ids": _uuid_array(k[0] for k in keys), "gens": gens, "worker": worker,
+                                        "lease": lease_seconds})
+        return {(row[0], row[1]) for row in cur.fetchall()}
 
 
 # ISO 8601 in UTC with microseconds, as the outbox payloads written from Python carry them.

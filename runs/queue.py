@@ -405,39 +405,6 @@ _limits = ClaimLimits()
 # claims at the same tenant.
 _rotation = itertools.count(random.randrange(1 << 16))
 
-# Due tenants by a skip scan over run_ready_tenant_idx: one index probe per tenant with due runs,
-# however many runs each has.
-DUE_TENANTS_SQL = """
-WITH RECURSIVE t(tenant_id) AS (
-    (SELECT tenant_id FROM runs_run WHERE state = 'ready' AND next_eligible_at <= %(now)s
-     ORDER BY tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.tenant_id FROM runs_run r
-            WHERE r.state = 'ready' AND r.next_eligible_at <= %(now)s AND r.tenant_id > t.tenant_id
-            ORDER BY r.tenant_id LIMIT 1)
-    FROM t WHERE t.tenant_id IS NOT NULL
-)
-SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s
-"""
-
-# Each tenant's oldest due runs, locked; rows another worker holds are skipped, not waited for.
-CANDIDATES_SQL = """
-SELECT c.id, c.tenant_id, c.target_host
-FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
-CROSS JOIN LATERAL (
-    SELECT r.id, r.tenant_id, r.target_host FROM runs_run r
-    -- Only run_ready_tenant_idx gives this order (see runs.pgqueue.CLAIM_DUE_SQL: with an
-    -- equality the planner may walk run_ready_idx and filter by tenant).
-    WHERE r.state = 'ready' AND r.tenant_id >= t.tenant_id AND r.tenant_id <= t.tenant_id
-      AND r.next_eligible_at <= %(now)s
-    ORDER BY r.tenant_id, r.next_eligible_at
-    LIMIT %(per_tenant)s
-    FOR UPDATE OF r SKIP LOCKED
-) c
-ORDER BY t.pos
-"""
-
-
 def _candidates(now, limit: int) -> list[tuple]:
     """(run id, tenant id, target host) of due ready runs, locked, several per tenant, tenants
     in a rotating order so that no tenant is always served first."""
@@ -450,7 +417,7 @@ def _candidates(now, limit: int) -> list[tuple]:
             .values_list("id", "tenant_id", "target_host")[: limit * 2]
         )
     with connection.cursor() as cur:
-        cur.execute(DUE_TENANTS_SQL, {"now": now, "max_tenants": 10_000})
+        cur.execute(pgqueue.DUE_TENANTS_SQL, {"now": now, "max_tenants": 10_000})
         tenants = [row[0] for row in cur.fetchall()]
         if not tenants:
             return []
@@ -459,7 +426,7 @@ def _candidates(now, limit: int) -> list[tuple]:
         # Twice a fair share each, so capacity one tenant cannot use (caps, budgets, too few
         # runs) goes to the others in the same transaction.
         per_tenant = 2 * -(-limit // len(tenants))
-        cur.execute(CANDIDATES_SQL, {"tenants": tenants, "now": now, "per_tenant": per_tenant})
+        cur.execute(pgqueue.CANDIDATES_SQL, {"tenants": tenants, "now": now, "per_tenant": per_tenant})
         return cur.fetchall()
 
 
@@ -600,10 +567,7 @@ def heartbeat(worker_id: str, keys: list[tuple], *, lease_seconds: int | None = 
     lease = timedelta(seconds=lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
     with transaction.atomic():
         if _pg():
-            rows = pgqueue.lock_owned(keys, worker_id)
-            owned = {(r[0], r[1]) for r in rows}
-            if owned:
-                pgqueue.extend_leases([r[0] for r in rows], until=rows[0][6] + lease)
+            owned = pgqueue.extend_leases(keys, worker=worker_id, lease_seconds=lease.total_seconds())
         else:
             now = db_now()
             owned = set(_owned(keys, worker_id).select_for_update().values_list("id", "generation"))

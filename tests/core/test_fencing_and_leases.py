@@ -152,3 +152,20 @@ def test_manual_retry_from_canceled_records_who(tenant, target):
     cancel_run(run, by=ACTOR)
     retried = retry_run(run, by=ACTOR)
     assert retried.state == "ready" and retried.retried_by == "user:tests" and retried.retried_at
+
+
+def test_a_heartbeat_extends_only_the_leases_its_worker_still_holds(tenant, target):
+    kept, lost_gen, other = (one_ready_run(tenant, target) for _ in range(3))
+    claims = {c.run_id: c for c in queue.claim("w-beat", 10)}
+    assert set(claims) == {kept.id, lost_gen.id, other.id}
+    Run.objects.filter(id__in=claims).update(lease_until="2000-01-01T00:00:00Z")
+    # lost_gen was re-leased at a later generation; other is held by another worker now.
+    Run.objects.filter(id=lost_gen.id).update(generation=claims[lost_gen.id].generation + 1)
+    Run.objects.filter(id=other.id).update(lease_owner="w-other")
+
+    lost = queue.heartbeat("w-beat", [(c.run_id, c.generation) for c in claims.values()], lease_seconds=60)
+
+    assert lost == {(lost_gen.id, claims[lost_gen.id].generation), (other.id, claims[other.id].generation)}
+    leases = dict(Run.objects.filter(id__in=claims).values_list("id", "lease_until"))
+    assert leases[kept.id].year > 2000  # extended from the database clock
+    assert leases[lost_gen.id].year == leases[other.id].year == 2000  # neither touched
