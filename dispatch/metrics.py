@@ -10,7 +10,7 @@ import ipaddress
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Min, Sum
+from django.db.models import Sum
 from django.http import HttpResponse, HttpResponseForbidden
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -23,11 +23,20 @@ from prometheus_client.registry import CollectorRegistry
 
 from dispatch.models import ShardLease, WorkerStat
 from runs import stats
-from runs.models import Attempt, AttemptOutcome, OutboxEvent
 from scheduler_project.dbclock import db_now
 
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 BATCH_BUCKETS = ("1", "10", "25", "50", "100", "250", "500", "1000", "+Inf")
+
+
+def _gauge(name: str, doc: str, value) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], value)
+    return g
+
+
+def _age(now, then) -> float:
+    return (now - then).total_seconds() if then else 0.0
 
 
 def _cumulative(sorted_values, bounds):
@@ -53,18 +62,14 @@ class SchedulerCollector:
             gsum_value=sum(lags),
         )
         for q in (0.5, 0.99):
-            g = GaugeMetricFamily(f"scheduler_start_lag_p{int(q * 100)}_seconds",
-                                  f"p{int(q * 100)} scheduled-to-start lag over the last 15 minutes")
-            g.add_metric([], stats.percentile(lags, q) or 0.0)
-            yield g
+            yield _gauge(f"scheduler_start_lag_p{int(q * 100)}_seconds",
+                         f"p{int(q * 100)} scheduled-to-start lag over the last 15 minutes",
+                         stats.percentile(lags, q) or 0.0)
 
         od = stats.overdue(now=now)
-        g = GaugeMetricFamily("scheduler_oldest_overdue_seconds", "Age of the oldest ready run past its eligibility")
-        g.add_metric([], od.age_seconds or 0.0)
-        yield g
-        g = GaugeMetricFamily("scheduler_overdue_runs", "Ready runs past their eligibility (the backlog)")
-        g.add_metric([], od.count)
-        yield g
+        yield _gauge("scheduler_oldest_overdue_seconds", "Age of the oldest ready run past its eligibility",
+                     od.age_seconds or 0.0)
+        yield _gauge("scheduler_overdue_runs", "Ready runs past their eligibility (the backlog)", od.count)
 
         st = stats.runs_by_state(now=now)
         g = GaugeMetricFamily("scheduler_runs", "Runs that are work or need a person, by state", labels=["state"])
@@ -77,28 +82,16 @@ class SchedulerCollector:
         yield g
 
         dl = stats.dead_letter(now=now)
-        g = GaugeMetricFamily("scheduler_dead_letter_size", "Runs in the dead-letter queue")
-        g.add_metric([], dl.size)
-        yield g
-        g = GaugeMetricFamily("scheduler_dead_letter_added_last_hour", "Runs that went dead in the last hour")
-        g.add_metric([], dl.last_hour)
-        yield g
+        yield _gauge("scheduler_dead_letter_size", "Runs in the dead-letter queue", dl.size)
+        yield _gauge("scheduler_dead_letter_added_last_hour", "Runs that went dead in the last hour", dl.last_hour)
 
         af = stats.attempt_figures(now=now, floor=floor)
-        g = GaugeMetricFamily("scheduler_lease_expirations_last_hour", "Leases that expired in the last hour")
-        g.add_metric([], af.lease_expirations_last_hour)
-        yield g
-        g = GaugeMetricFamily("scheduler_unknown_attempts_last_day", "Attempts whose outcome is unknown, last 24 h")
-        g.add_metric([], af.unknown_last_day)
-        yield g
-        oldest_unknown = (
-            Attempt.objects.filter(id__gte=floor, outcome=AttemptOutcome.UNKNOWN, finished_at__gt=now - timedelta(days=1))
-            .aggregate(m=Min("finished_at"))["m"]
-        )
-        g = GaugeMetricFamily("scheduler_unknown_attempt_oldest_age_seconds",
-                              "Age of the oldest unknown-outcome attempt of the last 24 h")
-        g.add_metric([], (now - oldest_unknown).total_seconds() if oldest_unknown else 0.0)
-        yield g
+        yield _gauge("scheduler_lease_expirations_last_hour", "Leases that expired in the last hour",
+                     af.lease_expirations_last_hour)
+        yield _gauge("scheduler_unknown_attempts_last_day", "Attempts whose outcome is unknown, last 24 h",
+                     af.unknown_last_day)
+        yield _gauge("scheduler_unknown_attempt_oldest_age_seconds",
+                     "Age of the oldest unknown-outcome attempt of the last 24 h", _age(now, af.oldest_unknown_at))
 
         inflight = GaugeMetricFamily("scheduler_tenant_in_flight", "Leased runs per tenant", labels=["tenant"])
         backlog = GaugeMetricFamily("scheduler_tenant_backlog", "Ready, due runs per tenant", labels=["tenant"])
@@ -108,12 +101,8 @@ class SchedulerCollector:
         yield inflight
         yield backlog
 
-        oldest_event = (
-            OutboxEvent.objects.filter(published_at__isnull=True).order_by("id").values_list("created_at", flat=True).first()
-        )
-        g = GaugeMetricFamily("scheduler_outbox_lag_seconds", "Age of the oldest unpublished outbox event")
-        g.add_metric([], (now - oldest_event).total_seconds() if oldest_event else 0.0)
-        yield g
+        yield _gauge("scheduler_outbox_lag_seconds", "Age of the oldest unpublished outbox event",
+                     _age(now, stats.oldest_unpublished_event_at()))
 
         yield from self.worker_metrics(now)
         yield from self.shard_metrics(now)
@@ -141,9 +130,8 @@ class SchedulerCollector:
             "scheduler_claim_batch_size", "Runs per non-empty claim",
             buckets=[(b, buckets[b]) for b in BATCH_BUCKETS], sum_value=totals["runs"] or 0,
         )
-        g = GaugeMetricFamily("scheduler_workers", "Worker processes seen in the last minute")
-        g.add_metric([], WorkerStat.objects.filter(seen_at__gt=now - timedelta(minutes=1)).count())
-        yield g
+        yield _gauge("scheduler_workers", "Worker processes seen in the last minute",
+                     WorkerStat.objects.filter(seen_at__gt=now - timedelta(minutes=1)).count())
 
     def shard_metrics(self, now):
         behind = GaugeMetricFamily("scheduler_shard_behind_seconds", "How far behind a scanner shard was after its last pass",

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Max, Min, Q
 
-from runs.models import Attempt, AttemptOutcome, Run, RunKind, RunState
+from runs.models import Attempt, AttemptOutcome, OutboxEvent, Run, RunKind, RunState
 from scheduler_project.dbclock import db_now
 from schedules.models import Tenant
 
@@ -214,6 +214,7 @@ class AttemptFigures:
     lease_expirations_last_hour: int
     unknown_last_day: int
     capped: bool  # the bounded sample did not reach back over the whole day
+    oldest_unknown_at: datetime | None = None  # the oldest of those unknown outcomes
 
 
 def attempt_figures(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> AttemptFigures:
@@ -226,10 +227,20 @@ def attempt_figures(*, tenant_ids=None, now: datetime | None = None, floor: int 
     agg = tail.aggregate(
         lease=Count("id", filter=Q(error_class="LeaseExpired", finished_at__gt=now - RECENT)),
         unknown=Count("id", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
+        oldest=Min("finished_at", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
     )
     oldest_in_sample = Attempt.objects.filter(id=floor).values_list("started_at", flat=True).first() if floor else None
     capped = bool(oldest_in_sample and oldest_in_sample > now - UNKNOWN_WINDOW)
-    return AttemptFigures(lease_expirations_last_hour=agg["lease"], unknown_last_day=agg["unknown"], capped=capped)
+    return AttemptFigures(lease_expirations_last_hour=agg["lease"], unknown_last_day=agg["unknown"], capped=capped,
+                          oldest_unknown_at=agg["oldest"])
+
+
+def oldest_unpublished_event_at() -> datetime | None:
+    """When the oldest event the relay has not published yet was written (outbox lag).
+    Cost: the first entry of outbox_unpublished_idx."""
+    return (
+        OutboxEvent.objects.filter(published_at__isnull=True).order_by("id").values_list("created_at", flat=True).first()
+    )
 
 
 @dataclass

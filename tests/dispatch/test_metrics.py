@@ -1,10 +1,14 @@
 """/metrics: Prometheus text computed from the database, so every web process agrees."""
 
+from datetime import timedelta
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatch.loops import drain, scan_step
 from dispatch.worker import Worker
+from runs.models import Attempt
+from scheduler_project.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,6 +45,12 @@ def test_metrics_report_what_the_loops_did(client, tenant, target):
     assert after["scheduler_claim_batch_size_bucket[('le', '1')]"] == 0
     assert "scheduler_start_lag_seconds_bucket[('le', '+Inf')]" in after
     assert after["scheduler_start_lag_seconds_bucket[('le', '+Inf')]"] == 3  # three first attempts started
+    # No relay ran: the run events wait unpublished, and the lag says how long.
+    assert after["scheduler_outbox_lag_seconds[]"] > 0
+    assert after["scheduler_unknown_attempt_oldest_age_seconds[]"] == 0
+    Attempt.objects.filter(id=Attempt.objects.order_by("id").values("id")[:1]).update(
+        outcome="unknown", finished_at=db_now() - timedelta(minutes=10))
+    assert 590 < scrape(client)["scheduler_unknown_attempt_oldest_age_seconds[]"] < 700
 
 
 def test_metrics_can_be_restricted_by_network(client, settings):

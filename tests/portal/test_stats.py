@@ -60,6 +60,7 @@ def test_lease_expirations_and_unknown_outcomes_are_counted(schedule):
     assert f.lease_expirations_last_hour == 1
     assert f.unknown_last_day == 1
     assert f.capped is False
+    assert f.oldest_unknown_at == Attempt.objects.get(outcome=AttemptOutcome.UNKNOWN).finished_at
 
 
 def test_per_tenant_in_flight_and_backlog_are_scoped(schedule, other_schedule):
