@@ -138,7 +138,7 @@ def reconcile_step(*, batch: int = 500) -> bool:
     if time.monotonic() >= _next_idempotency_prune:
         pruned = idempotency.prune_expired()
         # A full batch means more are waiting: come back on the next pass rather than in a minute.
-        _next_idempotency_prune = time.monotonic() + (0 if pruned >= 1000 else IDEMPOTENCY_PRUNE_SECONDS)
+        _next_idempotency_prune = time.monotonic() + (0 if pruned >= idempotency.PRUNE_BATCH else IDEMPOTENCY_PRUNE_SECONDS)
     # Either step may have stopped at its bound with more to do: come straight back.
     return expired >= batch or skipped >= batch * queue.MISFIRE_BATCHES_PER_PASS
 

@@ -3,9 +3,10 @@ in batches.
 
 Why this shape: one HTTP call through aiohttp costs ~110 µs of CPU against ~880 µs through
 requests (shared/notes/performance.md), and per-run commits cost 10-15x batched ones. So the
-event loop only makes HTTP calls; every database step (claim, heartbeat, complete) runs in one
-dedicated thread that owns the worker's connection, and each step handles a whole batch. No lock
-is held while a target is called: the claim commits before the first call starts.
+event loop only makes HTTP calls; every database step runs on one of two dedicated threads
+("lanes"), each owning its own connection: claims on one, results and heartbeats on the other.
+Each step handles a whole batch. No lock is held while a target is called: the claim commits
+before the first call starts.
 
 Steps of one run: claimed (committed: leased, generation + 1, attempt open) -> call -> result
 queued -> complete() applies it only if the generation still holds the lease.
@@ -161,7 +162,7 @@ class Worker:
         self.batch_buckets = {b: 0 for b in BATCH_BUCKETS}
         self.started_at = None
 
-    # -- database steps, all on the worker's one database thread ---------------------------
+    # -- database steps, on the worker's two database lanes ---------------------------------
 
     async def db(self, fn, *args, lane: str = "write", **kwargs):
         def run():

@@ -75,10 +75,11 @@ def _cutoff():
     return timezone.now() - timedelta(hours=settings.SCHEDULER_IDEMPOTENCY_RETENTION_HOURS)
 
 
-def prune_expired(*, limit: int = 1000) -> int:
+PRUNE_BATCH = 1000
+
+
+def prune_expired(*, limit: int = PRUNE_BATCH) -> int:
     """Delete up to `limit` records older than the retention, oldest first (idempotency_created_idx)."""
-    ids = list(IdempotencyRecord.objects.filter(created_at__lt=_cutoff()).order_by("created_at").values_list("id", flat=True)[:limit])
-    if not ids:
-        return 0
-    deleted, _ = IdempotencyRecord.objects.filter(id__in=ids, created_at__lt=_cutoff()).delete()
-    return deleted
+    expired = IdempotencyRecord.objects.filter(created_at__lt=_cutoff())
+    ids = list(expired.order_by("created_at").values_list("id", flat=True)[:limit])
+    return expired.filter(id__in=ids).delete()[0] if ids else 0
