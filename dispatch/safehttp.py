@@ -4,10 +4,10 @@ What it guarantees, whatever the URL or DNS says (runs.md, "Calling the target")
 
 - the URL is http(s), has no userinfo, and starts with one of the tenant's allowed prefixes,
   compared on parsed components (see ``url_allowed``);
-- every address connected to was checked *after* resolution: ``CheckingResolver`` sits inside
-  aiohttp's connector and returns only addresses that pass ``address_refusal``, so aiohttp
-  connects to exactly what was checked (no DNS rebinding between check and connect). aiohttp
-  skips the resolver for IP-literal hosts, so ``SafeClient.request`` checks those itself;
+- every address connected to was checked *after* resolution: the transport (dispatch/http1.py)
+  keeps only the resolved addresses ``AddressPolicy`` allows, caches only those, and connects
+  to exactly them (no DNS rebinding between check and connect). IP-literal hosts are never
+  resolved, so ``SafeClient`` checks those itself;
 - non-public addresses are refused unless an operator network (SCHEDULER_TARGET_ALLOWED_NETWORKS)
   contains them; cloud metadata addresses stay refused even then, unless the list names the
   metadata address itself (a /32 or /128), because "allow 169.254.0.0/16 for a sidecar" must not
@@ -18,29 +18,23 @@ What it guarantees, whatever the URL or DNS says (runs.md, "Calling the target")
 - environment proxies are ignored (``trust_env=False``): a proxy would resolve the name itself
   and make the address check meaningless.
 
-No maintained library does the address checking for aiohttp (``advocate`` is requests-only and
-unmaintained since 2020; the newer ones wrap httpx), so it is written here on ``ipaddress``.
+No maintained library does the address checking for an asyncio client (``advocate`` is
+requests-only and unmaintained since 2020; the newer ones wrap httpx), so it is written here on
+``ipaddress``. docs/dispatch.md says why the transport is httptools on asyncio, not aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import functools
 import ipaddress
 import logging
-import os
-import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Union
 
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.helpers import is_ip_address
-from aiohttp.resolver import DefaultResolver
+from dispatch import http1
 
 # The allowlist lives with the tenants it belongs to; the API checks it at create time with the
 # same code the workers use at call time.
@@ -76,14 +70,6 @@ _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1:
 _FORBIDDEN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 _RETRYABLE_4XX = frozenset({408, 429})
-
-
-class _AddressRefused(OSError):
-    # Raised inside the resolver. It must be an OSError: aiohttp wraps OSErrors from resolution
-    # in ClientConnectorDNSError (anything else would escape as an unexpected exception).
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -240,40 +226,6 @@ class AddressPolicy:
         return reason
 
 
-# --------------------------------------------------------------------------- resolver
-
-
-class CheckingResolver(AbstractResolver):
-    """Resolves with aiohttp's default resolver and returns only allowed addresses.
-
-    aiohttp connects to exactly the list returned here (and caches that filtered list for the
-    connector's DNS TTL), so the addresses checked are the addresses connected to."""
-
-    def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None):
-        self._policy = policy
-        self._inner = inner if inner is not None else DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        infos = await self._inner.resolve(host, port, family)
-        allowed: list[ResolveResult] = []
-        first_reason = None
-        for info in infos:
-            reason = self._policy.refusal_for_host(info["host"])
-            if reason is None:
-                allowed.append(info)
-            elif first_reason is None:
-                first_reason = reason
-        if not allowed:
-            # An empty list would trip an assertion inside aiohttp; refuse explicitly.
-            raise _AddressRefused(f"{host} resolves only to refused addresses: {first_reason or 'no addresses'}")
-        return allowed
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
 # --------------------------------------------------------------------------- results
 
 
@@ -291,13 +243,6 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if when is None or when.tzinfo is None:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def _os_error_text(err: OSError) -> str:
-    # asyncio's "Connect call failed (...)" hides the reason; errno says "Connection refused".
-    if err.errno:
-        return os.strerror(err.errno)
-    return str(err) or type(err).__name__
 
 
 def _failure(error_class: str, error: str, started: float, *, retryable: bool, remote: str | None = None) -> HttpResult:
@@ -321,28 +266,26 @@ def _refused(reason: str, started: float) -> HttpResult:
 # --------------------------------------------------------------------------- client
 
 
-class _PeerRecordingHandler(ResponseHandler):
-    peer_address: str | None = None
+class _Prepared:
+    """What a (method, URL, allowlist) needs on every call, computed once: the allowlist and
+    literal-address decisions and the request line with its Host header."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.peer_address = peer[0]
+    __slots__ = ("scheme", "host", "port", "head", "refusal")
+
+    def __init__(self, scheme="", host="", port=0, head=b"", refusal=None):
+        self.scheme, self.host, self.port, self.head, self.refusal = scheme, host, port, head, refusal
 
 
-class _Connector(aiohttp.TCPConnector):
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        # Once per connection, not per call: remember the address the socket really reached.
-        self._factory = functools.partial(_PeerRecordingHandler, loop=self._loop)
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_BAD_VALUE = frozenset("\r\n\x00")
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class SafeClient:
-    """One ClientSession with a kept-alive connector; create one per event loop and share it:
-    connection reuse is most of the throughput. The session is made on first use and belongs to
-    that loop, so do not carry one client across ``asyncio.run`` calls. A caller's User-Agent
-    header replaces the default one."""
+    """One pool of kept-alive connections (dispatch/http1.py); create one per event loop and
+    share it: connection reuse is most of the throughput. The pool is made on first use and
+    belongs to that loop, so do not carry one client across ``asyncio.run`` calls. A caller's
+    User-Agent header replaces the default one."""
 
     def __init__(
         self,
@@ -353,7 +296,8 @@ class SafeClient:
         limit: int = 1000,
         limit_per_host: int = 0,
         dns_ttl: float = 10.0,
-        resolver: AbstractResolver | None = None,
+        resolver: Any = None,
+        ssl_context: Any = None,
     ):
         if max_response_bytes < 0 or excerpt_bytes < 0:
             raise ValueError("byte limits must not be negative")
@@ -363,51 +307,89 @@ class SafeClient:
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._dns_ttl = dns_ttl
-        # The inner resolver (tests put a stub here); wrapped by CheckingResolver either way.
-        self._inner_resolver = resolver
-        self._session: aiohttp.ClientSession | None = None
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        # The resolver (tests put a stub here): anything with ``async resolve(host, port,
+        # family)`` returning dicts with a "host" address, as aiohttp's resolvers do.
+        self._resolver = resolver
+        # TLS verification: the system's trust store unless a context is given (a private CA).
+        self._ssl_context = ssl_context
+        self._pool: http1.Pool | None = None
+        self._prepared: dict[tuple, _Prepared] = {}
 
-    def _make_session(self) -> aiohttp.ClientSession:
-        # Built lazily inside the running loop: aiohttp binds the resolver and connector to it.
-        connector = _Connector(
+    def _make_pool(self) -> http1.Pool:
+        # Built lazily inside the running loop: the pool's connections belong to it.
+        self._pool = http1.Pool(
+            allow=self.policy.refusal_for_host,
+            resolver=self._resolver,
             limit=self._limit,
             limit_per_host=self._limit_per_host,
-            resolver=CheckingResolver(self.policy, self._inner_resolver),
-            use_dns_cache=True,
-            ttl_dns_cache=self._dns_ttl,
+            dns_ttl=self._dns_ttl,
+            ssl_context=self._ssl_context,
         )
-        return aiohttp.ClientSession(
-            connector=connector,
-            trust_env=False,
-            auto_decompress=False,  # the byte cap counts wire bytes; no decompression bombs
-            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
-            cookie_jar=aiohttp.DummyCookieJar(),  # tenants must not see each other's cookies
-            raise_for_status=False,
-        )
+        return self._pool
 
     async def __aenter__(self) -> SafeClient:
-        if self._session is None:
-            self._session = self._make_session()
+        if self._pool is None:
+            self._make_pool()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
 
-    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
-        t = self._timeouts.get(seconds)
-        if t is None:
-            # ceil_threshold above any sane timeout: aiohttp otherwise rounds timeouts >= 5 s up
-            # to the next whole second, which could push a call past its lease.
-            t = aiohttp.ClientTimeout(total=seconds, ceil_threshold=1e9)
-            if len(self._timeouts) < 256:
-                self._timeouts[seconds] = t
-        return t
+    def _prepare(self, method: str, url: str, prefixes: tuple | None) -> _Prepared:
+        key = (method, url, prefixes)
+        p = self._prepared.get(key)
+        if p is not None:
+            return p
+        try:
+            parsed = _parse_url(url)
+            if prefixes is not None and not _parsed_url_allowed(parsed, prefixes):
+                raise TargetRefused(f"{url} is not on the tenant's allowlist")
+            host = parsed.raw_host or ""
+            if http1.is_ip_literal(host):
+                # A literal is never resolved, so it is checked here, once (the policy is fixed).
+                reason = self.policy.refusal_for_host(host)
+                if reason is not None:
+                    raise TargetRefused(reason)
+            if not method or not _TOKEN.issuperset(method):
+                raise TargetRefused(f"method {method!r} is not an HTTP method")
+            head = f"{method} {parsed.raw_path_qs or '/'} HTTP/1.1\r\nHost: {parsed.host_port_subcomponent}\r\n"
+            p = _Prepared(parsed.scheme, host, parsed.port, head.encode("ascii"))
+        except TargetRefused as exc:
+            p = _Prepared(refusal=exc.reason)
+        if len(self._prepared) > 4096:
+            self._prepared.clear()
+        self._prepared[key] = p
+        return p
+
+    @staticmethod
+    def _header_lines(headers: dict[str, str], body: bytes | None, method: str) -> bytes:
+        lines = []
+        ua = ae = False
+        for name, value in headers.items():
+            low = name.lower()
+            if low in _FORBIDDEN_HEADERS:
+                raise TargetRefused(f"header {name!r} may not be set by the caller")
+            if not name or not _TOKEN.issuperset(name):
+                raise TargetRefused(f"header name {name!r} is not a valid token")
+            value = str(value)
+            if not _BAD_VALUE.isdisjoint(value):
+                raise TargetRefused(f"header {name!r} has a line break or NUL in its value")
+            ua = ua or low == "user-agent"
+            ae = ae or low == "accept-encoding"
+            lines.append(f"{name}: {value}\r\n")
+        if not ua:
+            lines.append(f"User-Agent: {USER_AGENT}\r\n")
+        if not ae:
+            lines.append("Accept-Encoding: identity\r\n")  # the byte cap counts wire bytes
+        if body is not None or method in _BODY_METHODS:
+            lines.append(f"Content-Length: {len(body) if body else 0}\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("utf-8")
 
     async def request(
         self,
@@ -425,117 +407,66 @@ class SafeClient:
         ``allowed_prefixes=None`` skips the prefix allowlist (for callers whose URLs are not
         tenant-chosen); the scheme, userinfo and address checks apply regardless."""
         started = time.perf_counter()
+        prefixes = None if allowed_prefixes is None else (
+            allowed_prefixes if isinstance(allowed_prefixes, tuple) else tuple(allowed_prefixes))
+        p = self._prepare(method, url, prefixes)
+        if p.refusal is not None:
+            return _refused(p.refusal, started)
         try:
-            parsed = _parse_url(url)
-            if allowed_prefixes is not None and not _parsed_url_allowed(parsed, allowed_prefixes):
-                raise TargetRefused(f"{url} is not on the tenant's allowlist")
-            host = parsed.raw_host or ""
-            # aiohttp does not consult the resolver for what its own is_ip_address() calls an
-            # IP literal, so check exactly those here (same function, so no gap between them).
-            if is_ip_address(host):
-                reason = self.policy.refusal_for_host(host)
-                if reason is not None:
-                    raise TargetRefused(reason)
-            for name in headers:
-                if name.lower() in _FORBIDDEN_HEADERS:
-                    raise TargetRefused(f"header {name!r} may not be set by the caller")
+            data = p.head + self._header_lines(headers, body, method) + (body or b"")
         except TargetRefused as exc:
             return _refused(exc.reason, started)
 
         if not timeout > 0:
-            # aiohttp reads total=0 as "no limit"; a caller whose lease has run out gets a
-            # timeout without a call instead.
+            # A caller whose lease has run out gets a timeout without a call.
             return _failure("TimeoutError", f"no time left for the call (timeout {timeout:g}s)", started, retryable=True)
 
-        session = self._session
-        if session is None:
-            session = self._session = self._make_session()
-
-        remote: str | None = None
+        pool = self._pool or self._make_pool()
+        conn = None
         try:
-            async with session.request(
-                method,
-                parsed,
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                timeout=self._timeout(timeout),
-            ) as resp:
-                # resp.connection is already None when the whole body came with the headers,
-                # and the transport is gone when the target closed, so the protocol records
-                # its peer at connect time. Private attribute: a future aiohttp without it
-                # leaves remote_address None (a test would say so).
-                remote = getattr(getattr(resp, "_protocol", None), "peer_address", None)
-                excerpt, complete = await self._read_capped(resp.content)
-                if not complete:
-                    # Drop the connection rather than drain an oversized body. aiohttp's release
-                    # would also close a half-read connection; saying it here keeps that explicit.
-                    resp.close()
-                status = resp.status
-                retry_after_header = resp.headers.get("Retry-After")
+            # One total limit over resolving, connecting, sending and reading.
+            async with asyncio.timeout(timeout):
+                conn = await pool.acquire(p.scheme, p.host, p.port)
+                answer = await conn.send(data, cap=self.max_response_bytes, keep=self.excerpt_bytes, head=method == "HEAD")
         except asyncio.CancelledError:
+            if conn is not None:
+                conn.close()  # a half-done call's connection is never reused
             raise
-        except aiohttp.ClientConnectorDNSError as exc:
-            os_error = exc.os_error
-            if isinstance(os_error, _AddressRefused):
-                return _refused(os_error.reason, started)
-            return _failure(type(exc).__name__, f"cannot resolve {parsed.raw_host}: {os_error}", started, retryable=True)
-        except aiohttp.InvalidURL as exc:
-            return _refused(f"invalid URL: {exc}", started)
         except TimeoutError:
-            # aiohttp's ServerTimeoutError variants and the total limit all land here.
-            return _failure("TimeoutError", f"timed out after {timeout:g}s", started, retryable=True, remote=remote)
-        except aiohttp.ClientConnectorError as exc:
-            return _failure(
-                type(exc).__name__,
-                f"cannot connect to {exc.host}:{exc.port}: {_os_error_text(exc.os_error)}",
-                started,
-                retryable=True,
-            )
-        except (aiohttp.ClientError, OSError) as exc:
-            # Disconnects and malformed answers after the request may have been sent: outcome
-            # unknown, so retryable (the target dedupes on the Idempotency-Key).
-            return _failure(type(exc).__name__, str(exc) or type(exc).__name__, started, retryable=True, remote=remote)
+            if conn is not None:
+                conn.close()
+            return _failure("TimeoutError", f"timed out after {timeout:g}s", started, retryable=True,
+                            remote=conn.remote if conn is not None else None)
+        except http1.AddressRefused as exc:
+            return _refused(exc.reason, started)
+        except http1.CallError as exc:
+            # Connection failures, and disconnects or malformed answers after the request may
+            # have been sent (outcome unknown, so retryable: the target dedupes on the key).
+            return _failure(exc.name, exc.message, started, retryable=True, remote=conn.remote if conn else None)
         except Exception as exc:  # a bug here must not kill a worker loop; surface it as permanent
+            if conn is not None:
+                conn.close()
             logger.exception("unexpected error calling %s", url)
-            return _failure(type(exc).__name__, str(exc) or type(exc).__name__, started, retryable=False, remote=remote)
+            return _failure(type(exc).__name__, str(exc) or type(exc).__name__, started, retryable=False,
+                            remote=conn.remote if conn is not None else None)
+        pool.release(conn)  # a no-op when the answer left the connection unusable
 
         latency_ms = int((time.perf_counter() - started) * 1000)
+        status = answer.status
         if 200 <= status < 300:
-            return HttpResult(status, "succeeded", False, None, None, None, excerpt, latency_ms, remote)
+            return HttpResult(status, "succeeded", False, None, None, None, answer.excerpt, latency_ms, answer.remote)
         retryable = status >= 500 or status in _RETRYABLE_4XX
         return HttpResult(
             status,
             "failed",
             retryable,
-            parse_retry_after(retry_after_header) if retry_after_header else None,
+            parse_retry_after(answer.retry_after) if answer.retry_after else None,
             "HTTPStatus",
             f"HTTP {status}",
-            excerpt,
+            answer.excerpt,
             latency_ms,
-            remote,
+            answer.remote,
         )
-
-    async def _read_capped(self, content: aiohttp.StreamReader) -> tuple[bytes, bool]:
-        """Read at most max_response_bytes, keep excerpt_bytes. Returns (excerpt, read_to_end)."""
-        cap = self.max_response_bytes
-        keep = self.excerpt_bytes
-        # Fast path: a small body that is already fully buffered costs one call.
-        first = await content.read(cap) if cap else b""
-        if not first:
-            return b"", content.at_eof()
-        excerpt = first[:keep] if len(first) > keep else first
-        if content.at_eof():
-            return excerpt, True  # the usual case: the whole small body came in one read
-        got = len(first)
-        while got < cap:
-            chunk = await content.read(cap - got)
-            if not chunk:
-                return excerpt, True
-            if len(excerpt) < keep:
-                excerpt += chunk[: keep - len(excerpt)]
-            got += len(chunk)
-        return excerpt, content.at_eof()
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,0 +1,262 @@
+"""The HTTP/1.1 transport under SafeClient (dispatch/http1.py): framing of odd answers,
+connection reuse and limits, TLS, and that concurrent calls never get each other's answers."""
+
+import asyncio
+import ssl
+import subprocess
+
+import pytest
+
+from dispatch.safehttp import SafeClient
+
+LOCAL = ["127.0.0.0/8"]
+
+
+class RawServer:
+    """A TCP server whose handler writes whatever bytes a test wants; counts connections."""
+
+    def __init__(self, handler, ssl_context=None):
+        self.handler = handler
+        self.ssl_context = ssl_context
+        self.connections = 0
+        self.open = 0
+        self.max_open = 0
+
+    async def __aenter__(self):
+        async def on_connect(reader, writer):
+            self.connections += 1
+            self.open += 1
+            self.max_open = max(self.max_open, self.open)
+            try:
+                await self.handler(reader, writer)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                self.open -= 1
+                writer.close()
+
+        self.server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=self.ssl_context)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+
+
+async def read_request(reader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    body = await reader.readexactly(length) if length else b""
+    return head, body
+
+
+def serving(handler, *calls, client_kwargs=None, scheme="http", ssl_context=None):
+    """Run ``calls`` (each: client, base URL -> awaitable) against a RawServer; returns the
+    results and the server."""
+
+    async def main():
+        async with RawServer(handler, ssl_context) as server:
+            base = f"{scheme}://127.0.0.1:{server.port}"
+            async with SafeClient(allowed_networks=LOCAL, **(client_kwargs or {})) as client:
+                results = [await call(client, base) for call in calls]
+            return results, server
+
+    return asyncio.run(main())
+
+
+def post(client, base, *, method="POST", headers=None, timeout=2):
+    return client.request(method, base + "/run", headers=headers or {}, body=b"{}", timeout=timeout, allowed_prefixes=None)
+
+
+async def keep_alive_ok(reader, writer):
+    while True:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+
+def test_a_head_answer_ends_at_its_headers_whatever_its_content_length():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    (result,), _ = serving(handler, lambda c, b: post(c, b, method="HEAD"))
+    assert (result.status, result.outcome, result.body_excerpt) == (200, "succeeded", b"")
+    assert result.latency_ms < 1000
+
+
+def test_an_informational_answer_is_skipped_for_the_final_one():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
+
+    (result,), _ = serving(handler, post)
+    assert (result.status, result.body_excerpt) == (201, b"done")
+
+
+def test_an_answer_without_length_ends_when_the_connection_closes():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+        await writer.drain()
+
+    (first, second), server = serving(handler, post, post)
+    assert (first.status, first.body_excerpt) == (200, b"until the end")
+    assert second.status == 200 and server.connections == 2
+
+
+def test_a_chunked_answer_is_decoded_into_the_excerpt():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\nRetry-After: 7\r\n\r\n"
+                     b"4\r\nfail\r\n5\r\ned it\r\n0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    (result,), _ = serving(handler, post)
+    assert (result.status, result.retryable, result.retry_after) == (500, True, 7.0)
+    assert result.body_excerpt == b"failed it"
+
+
+def test_a_connection_the_target_closed_while_idle_is_not_reused():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()  # keep-alive by default, then the server hangs up anyway
+
+    async def later(client, base):
+        await asyncio.sleep(0.1)
+        return await post(client, base)
+
+    results, server = serving(handler, post, later, later)
+    assert [r.status for r in results] == [200, 200, 200]
+    assert server.connections == 3
+
+
+def test_sequential_calls_share_one_connection():
+    results, server = serving(keep_alive_ok, *[post] * 5)
+    assert [r.status for r in results] == [200] * 5 and server.connections == 1
+
+
+def test_a_malformed_answer_is_a_retryable_failure_after_sending():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"SMTP ready\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    (result,), _ = serving(handler, post)
+    assert (result.status, result.retryable, result.error_class) == (None, True, "ClientResponseError")
+
+
+def test_a_body_cut_short_is_a_payload_error():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
+        await writer.drain()
+
+    (result,), _ = serving(handler, post)
+    assert (result.status, result.retryable, result.error_class) == (None, True, "ClientPayloadError")
+
+
+@pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "a\nb", "a\x00b"])
+def test_header_values_with_line_breaks_are_refused_before_connecting(value, connects):
+    (result,), server = serving(keep_alive_ok, lambda c, b: post(c, b, headers={"X-Note": value}))
+    assert (result.error_class, result.retryable) == ("TargetRefused", False)
+    assert server.connections == 0 and connects == []
+
+
+def test_invalid_header_names_and_methods_are_refused(connects):
+    (bad_name, bad_method), server = serving(
+        keep_alive_ok,
+        lambda c, b: post(c, b, headers={"X Bad": "1"}),
+        lambda c, b: post(c, b, method="GET /x HTTP/1.1\r\n"),
+    )
+    assert bad_name.error_class == bad_method.error_class == "TargetRefused"
+    assert server.connections == 0
+
+
+def test_the_connection_limit_queues_calls_instead_of_opening_more():
+    async def slow_ok(reader, writer):
+        while True:
+            await read_request(reader)
+            await asyncio.sleep(0.05)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def many(client, base):
+        return await asyncio.gather(*[post(client, base) for _ in range(12)])
+
+    (results,), server = serving(slow_ok, many, client_kwargs={"limit": 3})
+    assert [r.status for r in results] == [200] * 12
+    assert server.max_open <= 3
+
+
+def test_concurrent_calls_each_get_their_own_answer():
+    async def echo(reader, writer):
+        while True:
+            head, _ = await read_request(reader)
+            n = [line.split(b":", 1)[1].strip() for line in head.split(b"\r\n") if line.lower().startswith(b"x-n:")][0]
+            await asyncio.sleep(0.001 * (int(n) % 7))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(n), n))
+            await writer.drain()
+
+    async def many(client, base):
+        return await asyncio.gather(*[post(client, base, headers={"X-N": str(i)}) for i in range(300)])
+
+    (results,), _ = serving(echo, many, client_kwargs={"limit": 50})
+    assert [r.body_excerpt for r in results] == [str(i).encode() for i in range(300)]
+
+
+def test_a_cancelled_call_never_leaves_its_connection_for_reuse():
+    async def handler(reader, writer):
+        while True:
+            head, _ = await read_request(reader)
+            if b"slow" in head:
+                await asyncio.sleep(0.3)  # answers late, on the connection the caller gave up
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n" + (b"slow" if b"slow" in head else b"fast"))
+            await writer.drain()
+
+    async def cancel_slow(client, base):
+        task = asyncio.ensure_future(post(client, base + "/slow", headers={"X-Kind": "slow"}))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return None
+
+    (_, fast), server = serving(handler, cancel_slow, post)
+    assert fast.body_excerpt == b"fast" and server.connections == 2
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
+        check=True, capture_output=True,
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(d / "cert.pem", d / "key.pem")
+    trusting = ssl.create_default_context(cafile=str(d / "cert.pem"))
+    return server, trusting
+
+
+def test_https_with_a_trusted_certificate(self_signed):
+    server_ctx, trusting = self_signed
+    results, _ = serving(keep_alive_ok, post, post, scheme="https", ssl_context=server_ctx,
+                         client_kwargs={"ssl_context": trusting})
+    assert [r.status for r in results] == [200, 200]
+
+
+def test_https_with_an_untrusted_certificate_fails_without_sending(self_signed):
+    server_ctx, _ = self_signed
+    (result,), _ = serving(keep_alive_ok, post, scheme="https", ssl_context=server_ctx)
+    assert (result.status, result.retryable, result.error_class) == (None, True, "ClientConnectorCertificateError")
+    assert "certificate" in result.error
