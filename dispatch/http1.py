@@ -118,7 +118,11 @@ class _Connection(asyncio.Protocol):
             retry_after = self.retry_after.decode("latin-1") if self.retry_after is not None else None
             waiter.set_result(Answer(self.status, self.excerpt, complete, retry_after, self.remote))
 
-    def _fail(self, error: CallError) -> None:
+    def expire(self) -> None:
+        """The call's time is up: the connection goes (a late answer must not reach the next call)."""
+        self._fail(TimeoutError())
+
+    def _fail(self, error: Exception) -> None:
         waiter, self.waiter = self.waiter, None
         self.close()
         if waiter is not None and not waiter.done():
@@ -232,16 +236,25 @@ class Pool:
         self.addresses: dict[tuple, tuple[float, list[str]]] = {}
         self.all: set[_Connection] = set()
 
-    async def acquire(self, scheme: str, host: str, port: int) -> _Connection:
-        key = (scheme, host, port)
-        while True:
-            idle = self.idle.get(key)
+    def take_idle(self, scheme: str, host: str, port: int) -> _Connection | None:
+        """A kept-alive connection to this origin, if one is idle."""
+        idle = self.idle.get((scheme, host, port))
+        if idle:
             now = time.monotonic()
             while idle:
                 conn = idle.pop()  # the most recently used: the likeliest to be alive
                 if not conn.closed and now - conn.idle_since < self.KEEPALIVE:
                     return conn
                 conn.close()
+        return None
+
+    async def acquire(self, scheme: str, host: str, port: int) -> _Connection:
+        """An idle connection to this origin or a new one, within the limits (waits for a slot)."""
+        key = (scheme, host, port)
+        while True:
+            conn = self.take_idle(scheme, host, port)
+            if conn is not None:
+                return conn
             if not self._full(key):
                 break
             if self.limit and self.total >= self.limit:

@@ -424,10 +424,19 @@ class SafeClient:
         pool = self._pool or self._make_pool()
         conn = None
         try:
-            # One total limit over resolving, connecting, sending and reading.
-            async with asyncio.timeout(timeout):
-                conn = await pool.acquire(p.scheme, p.host, p.port)
-                answer = await conn.send(data, cap=self.max_response_bytes, keep=self.excerpt_bytes, head=method == "HEAD")
+            # One total limit over resolving, connecting, sending and reading. The usual call
+            # takes a kept-alive connection without waiting and pays for one timer only.
+            deadline = pool.loop.time() + timeout
+            conn = pool.take_idle(p.scheme, p.host, p.port)
+            if conn is None:
+                async with asyncio.timeout_at(deadline):
+                    conn = await pool.acquire(p.scheme, p.host, p.port)
+            waiter = conn.send(data, cap=self.max_response_bytes, keep=self.excerpt_bytes, head=method == "HEAD")
+            timer = pool.loop.call_at(deadline, conn.expire)
+            try:
+                answer = await waiter
+            finally:
+                timer.cancel()
         except asyncio.CancelledError:
             if conn is not None:
                 conn.close()  # a half-done call's connection is never reused
