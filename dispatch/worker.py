@@ -44,15 +44,24 @@ UNKNOWN_AFTER_SEND = frozenset(
 )
 
 
-@dataclass(frozen=True)
 class Target:
     """A version's call, prepared once: versions are immutable, so this is cached for good."""
 
-    url: str
-    method: str
-    headers: dict
-    body: bytes
-    timeout: float
+    __slots__ = ("url", "method", "headers", "body", "timeout", "_signed")
+
+    def __init__(self, url: str, method: str, headers: dict, body: bytes, timeout: float):
+        self.url, self.method, self.headers, self.body, self.timeout = url, method, headers, body, timeout
+        self._signed = (0, "", "")
+
+    def signature(self, secret: str) -> str:
+        """The body's signature header value; it changes with the second (its timestamp), so
+        the calls of one version within a second share it."""
+        t = int(time.time())
+        signed_at, signed_with, value = self._signed
+        if signed_at != t or signed_with != secret:
+            value = signing.sign(secret, self.body, t)
+            self._signed = (t, secret, value)
+        return value
 
 
 @dataclass(frozen=True)
@@ -73,17 +82,19 @@ class TargetCache:
     def __init__(self):
         self.versions: dict[int, Target] = {}
         self.tenants: dict[object, tuple[float, TenantAuth]] = {}
+        # A call must end before its lease can: the longest timeout is the lease less 5 s.
+        self.max_timeout = float(max(1, settings.SCHEDULER_LEASE_SECONDS - 5))
 
-    @staticmethod
-    def _timeout(seconds) -> float:
-        return float(min(seconds, max(1, settings.SCHEDULER_LEASE_SECONDS - 5)))
+    def _timeout(self, seconds) -> float:
+        return min(float(seconds), self.max_timeout)
 
     def target(self, c: Claimed) -> Target:
         t = self.versions.get(c.version_id)
         if t is None:
             url, method, headers, timeout, payload = c.target
             # The payload as PostgreSQL renders its JSON is the body: it is what gets signed.
-            t = Target(url, method, json.loads(headers) if headers else {}, payload.encode(), self._timeout(timeout))
+            t = Target(url, method, json.loads(headers) if headers and headers != "{}" else {}, payload.encode(),
+                       self._timeout(timeout))
             if len(self.versions) > self.MAX_VERSIONS:
                 self.versions.clear()
             self.versions[c.version_id] = t
@@ -110,18 +121,19 @@ class TargetCache:
 
 
 def call_headers(c: Claimed, target: Target, secret: str) -> dict:
+    run_id = c.run_key or str(c.run_id)
     return {
         **target.headers,
         "Content-Type": "application/json",
         # The run id, identical on every attempt: a retry must not look like a new effect.
-        "Idempotency-Key": str(c.run_id),
-        "X-Scheduler-Run-Id": str(c.run_id),
+        "Idempotency-Key": run_id,
+        "X-Scheduler-Run-Id": run_id,
         # Fencing token: only grows, so a target can refuse a call older than one it has seen.
         "X-Scheduler-Generation": str(c.generation),
-        "X-Scheduler-Scheduled-Time": queue._iso(c.scheduled_time),
-        "X-Scheduler-Schedule-Id": str(c.schedule_id),
+        "X-Scheduler-Scheduled-Time": c.scheduled_iso or queue._iso(c.scheduled_time),
+        "X-Scheduler-Schedule-Id": c.schedule_key or str(c.schedule_id),
         "X-Scheduler-Schedule-Version": str(c.schedule_version),
-        signing.HEADER: signing.sign(secret, target.body),
+        signing.HEADER: target.signature(secret),
     }
 
 

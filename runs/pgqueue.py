@@ -10,6 +10,7 @@ adapter call per element), and each step is a single statement.
 
 import json
 from contextlib import contextmanager
+from datetime import datetime
 
 import psycopg
 from django.db import connection
@@ -79,6 +80,13 @@ ORDER BY t.pos
 """
 
 
+# The scheduled time as text in exactly the form runs.queue._iso writes (UTC, "Z", microseconds
+# only when there are some): it goes into a header as is, and text parses in C where a timestamptz
+# goes through Django's Python-level time-zone loader (both measured hot in a worker profile).
+_SCHEDULED_ISO = """CASE WHEN date_part('microseconds', l.scheduled_time)::bigint % 1000000 = 0
+       THEN to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+       ELSE to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END"""
+
 # After a `leased` CTE (RETURNING the run columns below): open the attempts, write the events and
 # return each claimed run with its version's call and retry policy. {now} is the claim's time.
 _CLAIM_TAIL = """), opened AS (
@@ -96,9 +104,10 @@ _CLAIM_TAIL = """), opened AS (
     FROM leased
 )
 SELECT l.id, l.generation, o.id, l.attempts_used, l.max_attempts, l.tenant_id, l.schedule_id,
-       l.schedule_version, l.scheduled_time, l.version_id,
+       l.schedule_version, {iso}, l.version_id,
        v.target_url, v.target_method, v.target_headers::text, v.target_timeout_seconds, v.payload::text,
-       v.backoff_base_seconds, v.backoff_max_seconds, v.overlap_policy
+       v.backoff_base_seconds, v.backoff_max_seconds, v.overlap_policy,
+       l.id::text, l.schedule_id::text
 FROM leased l JOIN opened o ON o.run_id = l.id
 -- One primary-key probe per claimed run. OFFSET 0 keeps the planner from turning this into a
 -- hash join over the whole versions table (it did, with stale statistics: 13 ms per batch of
@@ -116,13 +125,17 @@ WITH leased AS (
     WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state = 'ready'
     RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
               r.schedule_version, r.scheduled_time, r.version_id
-""" + _CLAIM_TAIL.format(now="%(now)s")
+""" + _CLAIM_TAIL.replace("{iso}", _SCHEDULED_ISO.replace("%", "%%")).format(now="%(now)s")
 
 
 def _claimed_rows(cur) -> list[tuple]:
     """Rows of (Claimed fields..., (url, method, headers JSON, timeout, payload JSON),
-    (backoff base, backoff max, overlap policy))."""
-    return [(*r[:10], r[10:15], r[15:]) for r in cur.fetchall()]
+    (backoff base, backoff max, overlap policy), run id text, schedule id text, scheduled ISO)."""
+    out = []
+    for r in cur.fetchall():
+        iso = r[8]
+        out.append((*r[:8], datetime.fromisoformat(iso), r[9], r[10:15], r[15:18], r[18], r[19], iso))
+    return out
 
 
 def _uuid_array(ids) -> str:
@@ -172,7 +185,7 @@ CLAIM_DUE_SQL = "WITH " + _DUE_TENANTS.format(now="statement_timestamp()") + """
     WHERE r.id = p.id AND r.state = 'ready'
     RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
               r.schedule_version, r.scheduled_time, r.version_id
-""" + _CLAIM_TAIL.format(now="statement_timestamp()")
+""" + _CLAIM_TAIL.replace("{iso}", _SCHEDULED_ISO.replace("%", "%%")).format(now="statement_timestamp()")
 
 
 def claim_due(*, worker: str, limit: int, lease_seconds: float, shift: int) -> list[tuple]:
@@ -261,8 +274,9 @@ def complete(decided) -> tuple[set, object]:
     rows = []
     for r, state, delay in decided:
         c = r.claimed
-        rows.append((str(c.run_id), {
-            "r": str(c.run_id), "g": c.generation, "a": c.attempt_id, "s": state, "d": delay, "o": r.outcome,
+        key = c.run_key or str(c.run_id)
+        rows.append((key, {
+            "r": key, "g": c.generation, "a": c.attempt_id, "s": state, "d": delay, "o": r.outcome,
             "h": r.http_status, "c": r.error_class, "m": r.error, "x": r.response_excerpt, "l": r.latency_ms,
             "p": r.remote_address or "",
         }))

@@ -371,6 +371,12 @@ class Claimed:
     # (backoff base, backoff max, overlap policy) of the version, likewise; complete() reads the
     # version for them otherwise.
     policy: tuple | None = None
+    # The run and schedule ids and the scheduled time as the call's headers carry them, when
+    # the claim statement returned them as text (formatting a UUID or a time in Python costs
+    # more than the rest of building the headers).
+    run_key: str = ""
+    schedule_key: str = ""
+    scheduled_iso: str = ""
 
 
 class ClaimLimits:
@@ -629,8 +635,14 @@ def complete(results: list[Result]) -> tuple[int, int]:
     the decision is discarded by the fenced write."""
     if not results:
         return 0, 0
-    policies = {r.claimed.version_id: VersionPolicy(*r.claimed.policy) for r in results if r.claimed.policy}
-    policies.update(version_policies({r.claimed.version_id for r in results} - policies.keys()))
+    policies = {}
+    for r in results:
+        c = r.claimed
+        if c.policy and c.version_id not in policies:
+            policies[c.version_id] = VersionPolicy(*c.policy)
+    missing = {r.claimed.version_id for r in results} - policies.keys()
+    if missing:
+        policies.update(version_policies(missing))
     decided = []
     for r in results:
         c = r.claimed
