@@ -277,8 +277,23 @@ class _Prepared:
 
 
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_BAD_VALUE = frozenset("\r\n\x00")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_DEFAULT_UA = f"User-Agent: {USER_AGENT}\r\n"
+_names: dict[str, str] = {}  # header names already checked (the worker sends the same few)
+
+
+def _header_name(name: str) -> str:
+    """The lowercased name, once it is known to be a token a caller may set."""
+    low = _names.get(name)
+    if low is None:
+        low = name.lower()
+        if low in _FORBIDDEN_HEADERS:
+            raise TargetRefused(f"header {name!r} may not be set by the caller")
+        if not name or not _TOKEN.issuperset(name):
+            raise TargetRefused(f"header name {name!r} is not a valid token")
+        if len(_names) < 4096:
+            _names[name] = low
+    return low
 
 
 class SafeClient:
@@ -371,19 +386,18 @@ class SafeClient:
         lines = []
         ua = ae = False
         for name, value in headers.items():
-            low = name.lower()
-            if low in _FORBIDDEN_HEADERS:
-                raise TargetRefused(f"header {name!r} may not be set by the caller")
-            if not name or not _TOKEN.issuperset(name):
-                raise TargetRefused(f"header name {name!r} is not a valid token")
-            value = str(value)
-            if not _BAD_VALUE.isdisjoint(value):
+            low = _header_name(name)
+            if not isinstance(value, str):
+                value = str(value)
+            if "\r" in value or "\n" in value or "\x00" in value:
                 raise TargetRefused(f"header {name!r} has a line break or NUL in its value")
-            ua = ua or low == "user-agent"
-            ae = ae or low == "accept-encoding"
+            if low == "user-agent":
+                ua = True
+            elif low == "accept-encoding":
+                ae = True
             lines.append(f"{name}: {value}\r\n")
         if not ua:
-            lines.append(f"User-Agent: {USER_AGENT}\r\n")
+            lines.append(_DEFAULT_UA)
         if not ae:
             lines.append("Accept-Encoding: identity\r\n")  # the byte cap counts wire bytes
         if body is not None or method in _BODY_METHODS:

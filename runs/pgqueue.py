@@ -181,8 +181,10 @@ CLAIM_DUE_SQL = "WITH " + _DUE_TENANTS.format(now="statement_timestamp()") + """
         lease_until = statement_timestamp() + make_interval(secs => %(lease)s), lease_owner = %(worker)s,
         reason = '', next_eligible_at = NULL,
         first_started_at = COALESCE(r.first_started_at, statement_timestamp()), updated_at = statement_timestamp()
-    FROM picked p
-    WHERE r.id = p.id AND r.state = 'ready'
+    -- Primary-key probes for the picked ids: written as a join, the planner hashed the picked
+    -- rows and scanned the whole runs table (every run ever kept) to find them: 25 ms of a
+    -- 65 ms claim at 30,000 runs (EXPLAIN ANALYZE), growing with the table.
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state = 'ready'
     RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
               r.schedule_version, r.scheduled_time, r.version_id
 """ + _CLAIM_TAIL.replace("{iso}", _SCHEDULED_ISO.replace("%", "%%")).format(now="statement_timestamp()")
