@@ -257,7 +257,7 @@ WITH v AS (
            statement_timestamp(), 0, ''
     FROM applied v
 )
-SELECT id, generation, statement_timestamp() FROM applied
+SELECT id::text, generation, CASE WHEN row_number() OVER () = 1 THEN statement_timestamp() END FROM applied
 """
 
 # Results whose generation lost its lease (rare): kept on their attempts as late evidence.
@@ -271,8 +271,9 @@ WHERE a.id = v.a
 
 def complete(decided) -> tuple[set, object]:
     """decided: (runs.queue.Result, next state, retry delay seconds or None), in any order.
-    Returns the (run id, generation) pairs applied and the database time of the write (None when
-    nothing was applied)."""
+    Returns the (run id as text, generation) pairs applied and the database time of the write
+    (None when nothing was applied). Text ids, and the time on one row only: parsing a UUID and
+    a timestamp per row cost more Python time than building the whole statement."""
     rows = []
     for r, state, delay in decided:
         c = r.claimed
@@ -289,10 +290,9 @@ def complete(decided) -> tuple[set, object]:
         out = cur.fetchall()
         applied = {(row[0], row[1]) for row in out}
         if len(applied) < len(rows):
-            done = {(str(run_id), gen) for run_id, gen in applied}
-            late = [row for _, row in rows if (row["r"], row["g"]) not in done]
+            late = [row for _, row in rows if (row["r"], row["g"]) not in applied]
             cur.execute(KEEP_LATE_SQL, {"rows": json.dumps(late)})
-    return applied, (out[0][2] if out else None)
+    return applied, next((row[2] for row in out if row[2] is not None), None)
 
 
 INSERT_EVENTS_SQL = """

@@ -654,15 +654,16 @@ def complete(results: list[Result]) -> tuple[int, int]:
         decided.append((r, RunState.DEAD if delay is None else RunState.READY, delay))
     with transaction.atomic():
         if _pg():
-            applied, now = pgqueue.complete(decided)
+            applied, now = pgqueue.complete(decided)  # (run id text, generation) pairs
         else:
-            applied, now = _complete_orm(decided)
+            owned, now = _complete_orm(decided)
+            applied = {(str(run_id), gen) for run_id, gen in owned}
         ended = {
             r.claimed.schedule_id
             for r, state, _ in decided
             if state in TERMINAL_STATES
             and policies[r.claimed.version_id].overlap == "buffer_one"
-            and (r.claimed.run_id, r.claimed.generation) in applied
+            and (r.claimed.run_key or str(r.claimed.run_id), r.claimed.generation) in applied
         }
         if ended:
             release_buffered(ended, now)  # a run may be buffered behind one that just ended
