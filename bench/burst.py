@@ -105,7 +105,7 @@ def main():
     ap.add_argument("--target-procs", type=int, default=1)
     ap.add_argument("--target-kind", choices=["raw", "aiohttp"], default="raw")
     ap.add_argument("--poll", type=float, default=1.0, help="SCHEDULER_POLL_SECONDS for the workers (default as shipped)")
-    ap.add_argument("--lead", type=float, default=20.0, help="seconds between the start of loading and the instant")
+    ap.add_argument("--lead", type=float, default=40.0, help="seconds between the start of loading and the instant")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--database", default="scheduler_bench_burst")
     args = ap.parse_args()
