@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--config", default="2x256x200", help="WORKERSxCONCURRENCYxBATCH")
     ap.add_argument("--poll", type=float, default=1.0, help="SCHEDULER_POLL_SECONDS (scanner and workers; default as shipped)")
-    ap.add_argument("--horizon", type=int, default=0, help="SCHEDULER_HORIZON_SECONDS (default as shipped)")
+    ap.add_argument("--horizon", type=int, default=10, help="SCHEDULER_HORIZON_SECONDS (default as shipped: 10)")
     ap.add_argument("--lead", type=float, default=15.0)
     ap.add_argument("--database", default="scheduler_bench_steady")
     args = ap.parse_args()
