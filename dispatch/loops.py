@@ -75,13 +75,14 @@ def _wait_either(stop: threading.Event, wake: threading.Event, seconds: float) -
 
 
 def scan_step(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> bool:
-    """One scanner transaction. True when it filled its batch (more may be due)."""
+    """One scanner transaction. True when it filled its batch and made progress (more may be
+    due; a batch of schedules that only wait inside the horizon is not progress)."""
     batch = batch or settings.SCHEDULER_SCAN_BATCH
     horizon = timedelta(seconds=settings.SCHEDULER_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds)
     result = queue.materialise_due(batch=batch, shards=shards, shard=shard, horizon=horizon)
     for sid, err in result.errors:
         log.error("schedule %s could not be scanned: %s", sid, err)
-    return result.schedules >= batch
+    return result.locked >= batch and result.schedules > 0
 
 
 class Scanner:
@@ -105,7 +106,11 @@ class Scanner:
                                   else self.horizon_seconds))
         except Exception:
             return poll
-        return poll if soonest is None else max(0.0, min(poll, soonest))
+        if soonest is None:
+            return poll
+        # Already due but not taken (another shard's, or locked by another scanner): look again
+        # shortly rather than spin on the database.
+        return max(0.05, min(poll, soonest)) if soonest <= 0 else min(poll, soonest)
 
     def step(self) -> bool:
         if not self.shards:

@@ -102,7 +102,8 @@ class Planned:
 
 @dataclass
 class ScanResult:
-    schedules: int = 0
+    locked: int = 0  # schedules the pass locked, including ones inside the horizon left for later
+    schedules: int = 0  # schedules it materialised
     runs: int = 0
     skipped: int = 0
     errors: list = field(default_factory=list)
@@ -269,14 +270,12 @@ def insert_runs(triples, now=None) -> list[Run]:
 
 
 def due_schedules(now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
-    """Schedules with an occurrence due (or, for overlap `allow`, due within the horizon), in the
-    given shard(s) of `shards`. Range scan on schedule_due_idx: cost follows what is due."""
-    due = Q(next_run_at__lte=now)
-    if horizon:
-        # Overlap policies are decided when an occurrence is due, so only `allow` schedules are
-        # materialised ahead; the others would be picked up on every pass with nothing to make.
-        due |= Q(next_run_at__lte=now + horizon, current__overlap_policy="allow")
-    qs = Schedule.objects.filter(due, enabled=True, status=ScheduleStatus.ACTIVE)
+    """Schedules with an occurrence due within the horizon, in the given shard(s) of `shards`,
+    oldest first. One range scan on schedule_due_idx: cost follows what is due. (Only `allow`
+    schedules are materialised ahead; the caller passes over the others until they are due.
+    Filtering them here made the query an OR joined to the versions: 677 ms per batch of 500 at
+    1,000,000 schedules, against well under a millisecond for the plain range.)"""
+    qs = Schedule.objects.filter(next_run_at__lte=now + horizon, enabled=True, status=ScheduleStatus.ACTIVE)
     if shards:
         wanted = [shard] if isinstance(shard, int) else list(shard)
         qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard__in=wanted)
@@ -284,14 +283,22 @@ def due_schedules(now, *, shards: int | None = None, shard=None, horizon=timedel
 
 
 def seconds_until_next_due(*, horizon=timedelta(0)) -> float | None:
-    """Seconds until the next schedule is due for materialising (None when none is scheduled).
-    Cost: the first entry of schedule_due_idx."""
+    """Seconds until the scanner has something to materialise (None when nothing is scheduled):
+    the first schedule becoming due, or the first beyond the horizon entering it. Schedules
+    already inside the horizon were materialised by the pass that just ran, except those that
+    are not `allow`, which wait until they are due. Cost: two probes of schedule_due_idx."""
     now = db_now()
-    first = (
-        Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__isnull=False)
-        .order_by("next_run_at").values_list("next_run_at", flat=True).first()
-    )
-    return None if first is None else (first - horizon - now).total_seconds()
+    live = Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__isnull=False)
+    first = live.order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    if first is None:
+        return None
+    soonest = (first - now).total_seconds()
+    if horizon:
+        beyond = (live.filter(next_run_at__gt=now + horizon).order_by("next_run_at")
+                  .values_list("next_run_at", flat=True).first())
+        if beyond is not None:
+            soonest = min(soonest, (beyond - horizon - now).total_seconds())
+    return soonest
 
 
 def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> ScanResult:
@@ -309,6 +316,9 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
             .select_for_update(skip_locked=True, of=("self",))
             .select_related("current")[:batch]
         )
+        result.locked = len(schedules)
+        # Not due yet and not `allow`: their overlap policy is decided when they are due.
+        schedules = [s for s in schedules if s.next_run_at <= now or s.current.overlap_policy == "allow"]
         if not schedules:
             return result
         overlap_ids = [s.id for s in schedules if s.current.overlap_policy != "allow"]

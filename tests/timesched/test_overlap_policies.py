@@ -115,3 +115,26 @@ def test_overlap_policy_schedules_are_not_materialised_ahead_of_the_horizon(tena
     # allow: now and the next five minutes; skip: only what is due now, decided when it is due.
     assert Run.objects.filter(schedule=allow).count() == 6
     assert Run.objects.filter(schedule=skip).count() == 1
+
+
+def test_a_waiting_overlap_schedule_inside_the_horizon_neither_spins_nor_blocks_allow_ones(tenant, target):
+    from dispatch.loops import scan_step
+    from runs.queue import seconds_until_next_due
+    from schedules.models import Schedule
+
+    skip = make_schedule(tenant, target.url + "/s", expression="rate(1 minute)", overlap_policy="skip")
+    allow = make_schedule(tenant, target.url + "/a", expression="rate(1 minute)")
+    soon = (db_now() + timedelta(seconds=4)).replace(microsecond=0)
+    # rate() rules count from their anchor: anchor each a minute before its next instant.
+    for schedule, at in ((skip, soon), (allow, soon + timedelta(seconds=1))):
+        Schedule.objects.filter(id=schedule.id).update(next_run_at=at, anchor_at=at - timedelta(minutes=1))
+    # The skip schedule is first in the horizon and not due: a pass leaves it and makes the
+    # allow one's run ahead of time; the next pass finds only the waiting one and reports no
+    # progress, so the loop sleeps instead of scanning again at once.
+    scan_step(batch=10, horizon_seconds=10)
+    assert Run.objects.filter(schedule=skip).count() == 0
+    assert Run.objects.filter(schedule=allow).count() == 1
+    assert scan_step(batch=1, horizon_seconds=10) is False
+    # The scanner sleeps until the skip schedule is due, not zero (which would spin).
+    wait = seconds_until_next_due(horizon=timedelta(seconds=10))
+    assert 2 < wait <= 4
