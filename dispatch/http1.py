@@ -235,6 +235,7 @@ class Pool:
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
         self.addresses: dict[tuple, tuple[float, list[str]]] = {}
         self.all: set[_Connection] = set()
+        self._sweep_at = time.monotonic() + self.KEEPALIVE / 3
 
     def take_idle(self, scheme: str, host: str, port: int) -> _Connection | None:
         """A kept-alive connection to this origin, if one is idle."""
@@ -277,9 +278,25 @@ class Pool:
     def release(self, conn: _Connection) -> None:
         if conn.closed:
             return
-        conn.idle_since = time.monotonic()
+        conn.idle_since = now = time.monotonic()
         self.idle.setdefault(conn.key, []).append(conn)
         self._wake()
+        if now >= self._sweep_at:
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Close connections idle past KEEPALIVE, so origins no longer called do not keep
+        sockets open (a reused connection is checked when taken; this is for the rest)."""
+        self._sweep_at = now + self.KEEPALIVE / 3
+        for key, conns in list(self.idle.items()):
+            keep = [c for c in conns if not c.closed and now - c.idle_since < self.KEEPALIVE]
+            for c in conns:
+                if c not in keep:
+                    c.close()
+            if keep:
+                self.idle[key] = keep
+            else:
+                del self.idle[key]
 
     def _wake(self) -> None:
         # Every waiter re-checks (a freed slot may suit only some of them). Waiters exist only

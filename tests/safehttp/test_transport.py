@@ -260,3 +260,21 @@ def test_https_with_an_untrusted_certificate_fails_without_sending(self_signed):
     (result,), _ = serving(keep_alive_ok, post, scheme="https", ssl_context=server_ctx)
     assert (result.status, result.retryable, result.error_class) == (None, True, "ClientConnectorCertificateError")
     assert "certificate" in result.error
+
+
+def test_connections_idle_past_the_keepalive_are_closed(monkeypatch):
+    from dispatch import http1
+
+    monkeypatch.setattr(http1.Pool, "KEEPALIVE", 0.2)
+
+    async def main():
+        async with RawServer(keep_alive_ok) as a, RawServer(keep_alive_ok) as b:
+            async with SafeClient(allowed_networks=LOCAL) as client:
+                await post(client, f"http://127.0.0.1:{a.port}")
+                await asyncio.sleep(0.3)
+                # A call to another origin sweeps the first one's stale connection.
+                await post(client, f"http://127.0.0.1:{b.port}")
+                await asyncio.sleep(0.05)
+                return a.open, b.open
+
+    assert asyncio.run(main()) == (0, 1)
