@@ -66,6 +66,9 @@ async def open_connection(loop, factory, ip: str, port: int, *, ssl, server_host
     return await loop.create_connection(factory, ip, port, ssl=ssl, server_hostname=server_hostname)
 
 
+MAX_HEAD_BYTES = 65536  # status line and headers of one answer (aiohttp allowed 8 KiB per line)
+
+
 class Answer:
     __slots__ = ("status", "excerpt", "complete", "retry_after", "remote")
 
@@ -93,6 +96,7 @@ class _Connection(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
+        self.head_bytes = 0
         self.status = None
         self.headers_done = False
         self.informational = False
@@ -148,8 +152,16 @@ class _Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(CallError("ClientResponseError", "the target switched protocols", sent=True))
+            return
         except httptools.HttpParserError as exc:
             self._fail(CallError("ClientResponseError", f"malformed answer: {exc}", sent=True))
+            return
+        if not self.headers_done and self.waiter is not None:
+            # The parser keeps a header until it is whole: without a bound, a target that
+            # never ends its headers would fill memory until the call's time ran out.
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._fail(CallError("ClientResponseError", f"answer headers over {MAX_HEAD_BYTES} bytes", sent=True))
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -164,6 +176,12 @@ class _Connection(asyncio.Protocol):
             self._fail(CallError("ClientPayloadError", "Response payload is not completed", sent=True))
 
     # -- httptools callbacks --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.waiter is None:
+            # A second answer to one request: the stream can no longer be trusted to pair
+            # answers with requests, so the connection is not reused.
+            self.close()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         n = name.lower()

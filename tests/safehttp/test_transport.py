@@ -278,3 +278,33 @@ def test_connections_idle_past_the_keepalive_are_closed(monkeypatch):
                 return a.open, b.open
 
     assert asyncio.run(main()) == (0, 1)
+
+
+def test_headers_that_never_end_are_cut_off_at_the_head_limit():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Long: ")
+        try:
+            for _ in range(10_000):
+                writer.write(b"a" * 1024)
+                await writer.drain()
+        except ConnectionError:
+            pass
+
+    (result,), _ = serving(handler, post)
+    assert (result.status, result.error_class, result.retryable) == (None, "ClientResponseError", True)
+    assert "headers over" in result.error
+
+
+def test_a_second_unasked_answer_makes_the_connection_unusable():
+    async def handler(reader, writer):
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none"
+                         b"HTTP/1.1 500 Extra\r\nContent-Length: 5\r\n\r\nextra")
+            await writer.drain()
+
+    (first, second), server = serving(handler, post, post)
+    assert (first.status, first.body_excerpt) == (200, b"one")
+    assert (second.status, second.body_excerpt) == (200, b"one")
+    assert server.connections == 2
