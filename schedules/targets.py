@@ -66,7 +66,7 @@ def _raw_authority(url: str) -> str:
 
 def _parse_url(url: str) -> URL:
     """Parse a target URL strictly; raises TargetRefused. The returned URL object is the one
-    handed to aiohttp, so the check and the request can never parse the string differently."""
+    the request line is built from, so the check and the request can never parse the string differently."""
     if not url or len(url) > 8192:
         raise TargetRefused("URL is empty or too long")
     if not _BAD_URL_CHARS.isdisjoint(url):
