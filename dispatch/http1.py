@@ -223,8 +223,8 @@ class _Connection(asyncio.Protocol):
 
 
 class Pool:
-    """Idle connections per (scheme, host, port), at most ``limit`` open (0: no limit) and
-    ``limit_per_host`` per key. Addresses are resolved through ``resolver`` and filtered by
+    """Idle connections per (scheme, host, port), at most ``limit`` open in all (0: no limit;
+    per-target budgets are the claim's business, see runs.queue). Addresses are resolved through ``resolver`` and filtered by
     ``allow`` (a callable returning None or the reason an address is refused); only allowed
     ones are cached (``dns_ttl``) and connected to."""
 
@@ -236,7 +236,6 @@ class Pool:
         allow: Callable[[str], str | None],
         resolver: Any = None,
         limit: int = 1000,
-        limit_per_host: int = 0,
         dns_ttl: float = 10.0,
         ssl_context: ssl_module.SSLContext | None = None,
     ):
@@ -244,11 +243,9 @@ class Pool:
         self.allow = allow
         self.resolver = resolver if resolver is not None else SystemResolver()
         self.limit = limit
-        self.limit_per_host = limit_per_host
         self.dns_ttl = dns_ttl
         self.ssl_context = ssl_context
         self.idle: dict[tuple, list[_Connection]] = {}
-        self.open: dict[tuple, int] = collections.Counter()
         self.total = 0
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
         self.addresses: dict[tuple, tuple[float, list[str]]] = {}
@@ -274,10 +271,9 @@ class Pool:
             conn = self.take_idle(scheme, host, port)
             if conn is not None:
                 return conn
-            if not self._full(key):
+            if not (self.limit and self.total >= self.limit):
                 break
-            if self.limit and self.total >= self.limit:
-                self._close_one_idle()  # its slot comes back when its connection_lost runs
+            self._close_one_idle()  # its slot comes back when its connection_lost runs
             waiter = self.loop.create_future()
             self.waiters.append(waiter)
             try:
@@ -286,11 +282,10 @@ class Pool:
                 if waiter in self.waiters:
                     self.waiters.remove(waiter)
         self.total += 1
-        self.open[key] += 1
         try:
             return await self._connect(key, scheme, host, port)
         except BaseException:
-            self._forget(key)
+            self._forget()
             raise
 
     def release(self, conn: _Connection) -> None:
@@ -324,23 +319,16 @@ class Pool:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _full(self, key) -> bool:
-        return (self.limit and self.total >= self.limit) or (
-            self.limit_per_host and self.open[key] >= self.limit_per_host
-        )
-
-    def _close_one_idle(self) -> bool:
+    def _close_one_idle(self) -> None:
         for conns in self.idle.values():
             while conns:
                 conn = conns.pop(0)  # the longest idle
                 if not conn.closed:
                     conn.close()  # connection_lost frees its slot
-                    return True
-        return False
+                    return
 
-    def _forget(self, key) -> None:
+    def _forget(self) -> None:
         self.total -= 1
-        self.open[key] -= 1
         if self.waiters:
             self._wake()
 
@@ -350,7 +338,7 @@ class Pool:
             idle = self.idle.get(conn.key)
             if idle and conn in idle:
                 idle.remove(conn)
-            self._forget(conn.key)
+            self._forget()
 
     async def _addresses(self, host: str, port: int) -> list[str]:
         cached = self.addresses.get((host, port))

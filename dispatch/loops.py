@@ -110,7 +110,7 @@ class Scanner:
             return poll
         # Already due but not taken (another shard's, or locked by another scanner): look again
         # shortly rather than spin on the database.
-        return max(0.05, min(poll, soonest)) if soonest <= 0 else min(poll, soonest)
+        return 0.05 if soonest <= 0 else min(poll, soonest)
 
     def step(self) -> bool:
         if not self.shards:

@@ -15,8 +15,8 @@ What it guarantees, whatever the URL or DNS says (runs.md, "Calling the target")
 - redirects are returned, never followed; one total time limit per call; at most
   ``max_response_bytes`` of the body are read (then the connection is dropped, not drained) and
   ``excerpt_bytes`` kept;
-- environment proxies are ignored (``trust_env=False``): a proxy would resolve the name itself
-  and make the address check meaningless.
+- environment proxies are never used (the transport reads no proxy settings): a proxy would
+  resolve the name itself and make the address check meaningless.
 
 No maintained library does the address checking for an asyncio client (``advocate`` is
 requests-only and unmaintained since 2020; the newer ones wrap httpx), so it is written here on
@@ -83,6 +83,9 @@ class HttpResult:
     body_excerpt: bytes
     latency_ms: int
     remote_address: str | None
+    # Whether the request may have reached the target when no answer came (a time limit or a
+    # disconnect after sending): the attempt's outcome is then unknown, not failed.
+    sent: bool = False
 
 
 # --------------------------------------------------------------------------- networks
@@ -245,7 +248,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def _failure(error_class: str, error: str, started: float, *, retryable: bool, remote: str | None = None) -> HttpResult:
+def _failure(error_class: str, error: str, started: float, *, retryable: bool, remote: str | None = None,
+             sent: bool = False) -> HttpResult:
     return HttpResult(
         status=None,
         outcome="failed",
@@ -256,6 +260,7 @@ def _failure(error_class: str, error: str, started: float, *, retryable: bool, r
         body_excerpt=b"",
         latency_ms=int((time.perf_counter() - started) * 1000),
         remote_address=remote,
+        sent=sent,
     )
 
 
@@ -309,7 +314,6 @@ class SafeClient:
         max_response_bytes: int = 65536,
         excerpt_bytes: int = 1024,
         limit: int = 1000,
-        limit_per_host: int = 0,
         dns_ttl: float = 10.0,
         resolver: Any = None,
         ssl_context: Any = None,
@@ -320,7 +324,6 @@ class SafeClient:
         self.max_response_bytes = max_response_bytes
         self.excerpt_bytes = min(excerpt_bytes, max_response_bytes)
         self._limit = limit
-        self._limit_per_host = limit_per_host
         self._dns_ttl = dns_ttl
         # The resolver (tests put a stub here): anything with ``async resolve(host, port,
         # family)`` returning dicts with a "host" address, as aiohttp's resolvers do.
@@ -336,7 +339,6 @@ class SafeClient:
             allow=self.policy.refusal_for_host,
             resolver=self._resolver,
             limit=self._limit,
-            limit_per_host=self._limit_per_host,
             dns_ttl=self._dns_ttl,
             ssl_context=self._ssl_context,
         )
@@ -459,19 +461,20 @@ class SafeClient:
             if conn is not None:
                 conn.close()
             return _failure("TimeoutError", f"timed out after {timeout:g}s", started, retryable=True,
-                            remote=conn.remote if conn is not None else None)
+                            remote=conn.remote if conn is not None else None, sent=conn is not None)
         except http1.AddressRefused as exc:
             return _refused(exc.reason, started)
         except http1.CallError as exc:
             # Connection failures, and disconnects or malformed answers after the request may
             # have been sent (outcome unknown, so retryable: the target dedupes on the key).
-            return _failure(exc.name, exc.message, started, retryable=True, remote=conn.remote if conn else None)
+            return _failure(exc.name, exc.message, started, retryable=True, remote=conn.remote if conn else None,
+                            sent=exc.sent)
         except Exception as exc:  # a bug here must not kill a worker loop; surface it as permanent
             if conn is not None:
                 conn.close()
             logger.exception("unexpected error calling %s", url)
             return _failure(type(exc).__name__, str(exc) or type(exc).__name__, started, retryable=False,
-                            remote=conn.remote if conn is not None else None)
+                            remote=conn.remote if conn is not None else None, sent=conn is not None)
         pool.release(conn)  # a no-op when the answer left the connection unusable
 
         latency_ms = int((time.perf_counter() - started) * 1000)

@@ -35,14 +35,6 @@ from schedules.models import ScheduleVersion, Tenant
 
 log = logging.getLogger("scheduler.worker")
 
-# Errors after the request may have reached the target: the call timed out or the connection
-# dropped before an answer. The target may have acted, so the attempt's outcome is `unknown`
-# (retried like a failure, but shown as unknown). A refused connection never reached it.
-UNKNOWN_AFTER_SEND = frozenset(
-    {"TimeoutError", "ServerDisconnectedError", "ClientOSError", "ClientPayloadError", "ServerTimeoutError",
-     "ClientResponseError"}
-)
-
 
 class Target:
     """A version's call, prepared once: versions are immutable, so this is cached for good."""
@@ -218,7 +210,10 @@ class Worker:
             allowed_prefixes=auth.prefixes,
         )
         outcome = res.outcome
-        if outcome == "failed" and res.status is None and res.error_class in UNKNOWN_AFTER_SEND:
+        if outcome == "failed" and res.status is None and res.sent:
+            # No answer after the request went out (time limit, disconnect): the target may have
+            # acted, so the outcome is unknown (retried like a failure, shown as unknown). A
+            # refused connection or a name that did not resolve never reached it.
             outcome = "unknown"
         self.results.append(
             Result(

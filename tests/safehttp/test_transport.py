@@ -2,6 +2,7 @@
 connection reuse and limits, TLS, and that concurrent calls never get each other's answers."""
 
 import asyncio
+import socket
 import ssl
 import subprocess
 
@@ -71,11 +72,21 @@ def post(client, base, *, method="POST", headers=None, timeout=2):
     return client.request(method, base + "/run", headers=headers or {}, body=b"{}", timeout=timeout, allowed_prefixes=None)
 
 
-async def keep_alive_ok(reader, writer):
-    while True:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()
+def answering_ok(delay=0.0):
+    """A keep-alive handler answering each request with 200 "ok", after ``delay`` seconds."""
+
+    async def handler(reader, writer):
+        while True:
+            await read_request(reader)
+            if delay:
+                await asyncio.sleep(delay)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    return handler
+
+
+keep_alive_ok = answering_ok()
 
 
 def test_a_head_answer_ends_at_its_headers_whatever_its_content_length():
@@ -138,11 +149,6 @@ def test_a_connection_the_target_closed_while_idle_is_not_reused():
     assert server.connections == 3
 
 
-def test_sequential_calls_share_one_connection():
-    results, server = serving(keep_alive_ok, *[post] * 5)
-    assert [r.status for r in results] == [200] * 5 and server.connections == 1
-
-
 def test_a_malformed_answer_is_a_retryable_failure_after_sending():
     async def handler(reader, writer):
         await read_request(reader)
@@ -182,17 +188,10 @@ def test_invalid_header_names_and_methods_are_refused(connects):
 
 
 def test_the_connection_limit_queues_calls_instead_of_opening_more():
-    async def slow_ok(reader, writer):
-        while True:
-            await read_request(reader)
-            await asyncio.sleep(0.05)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            await writer.drain()
-
     async def many(client, base):
         return await asyncio.gather(*[post(client, base) for _ in range(12)])
 
-    (results,), server = serving(slow_ok, many, client_kwargs={"limit": 3})
+    (results,), server = serving(answering_ok(0.05), many, client_kwargs={"limit": 3})
     assert [r.status for r in results] == [200] * 12
     assert server.max_open <= 3
 
@@ -308,3 +307,23 @@ def test_a_second_unasked_answer_makes_the_connection_unusable():
     assert (first.status, first.body_excerpt) == (200, b"one")
     assert (second.status, second.body_excerpt) == (200, b"one")
     assert server.connections == 2
+
+
+def test_results_say_whether_the_request_went_out():
+    async def hang_up(reader, writer):
+        await read_request(reader)
+
+    (timed_out,), _ = serving(answering_ok(1.0), lambda c, b: post(c, b, timeout=0.2))
+    (hung_up,), _ = serving(hang_up, post)
+    assert (timed_out.error_class, timed_out.sent) == ("TimeoutError", True)
+    assert (hung_up.error_class, hung_up.sent) == ("ServerDisconnectedError", True)
+
+    async def refused():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        async with SafeClient(allowed_networks=LOCAL) as client:
+            return await post(client, f"http://127.0.0.1:{port}")
+
+    result = asyncio.run(refused())
+    assert (result.error_class, result.sent) == ("ClientConnectorError", False)
