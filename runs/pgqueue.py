@@ -104,7 +104,7 @@ _CLAIM_TAIL = """), opened AS (
     FROM leased
 )
 SELECT l.id, l.generation, o.id, l.attempts_used, l.max_attempts, l.tenant_id, l.schedule_id,
-       l.schedule_version, {iso}, l.version_id,
+       l.schedule_version, """ + _SCHEDULED_ISO.replace("%", "%%") + """, l.version_id,
        v.target_url, v.target_method, v.target_headers::text, v.target_timeout_seconds, v.payload::text,
        v.backoff_base_seconds, v.backoff_max_seconds, v.overlap_policy,
        l.id::text, l.schedule_id::text
@@ -125,7 +125,7 @@ WITH leased AS (
     WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state = 'ready'
     RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
               r.schedule_version, r.scheduled_time, r.version_id
-""" + _CLAIM_TAIL.replace("{iso}", _SCHEDULED_ISO.replace("%", "%%")).format(now="%(now)s")
+""" + _CLAIM_TAIL.format(now="%(now)s")
 
 
 def _claimed_rows(cur) -> list[tuple]:
@@ -187,7 +187,7 @@ CLAIM_DUE_SQL = "WITH " + _DUE_TENANTS.format(now="statement_timestamp()") + """
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state = 'ready'
     RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
               r.schedule_version, r.scheduled_time, r.version_id
-""" + _CLAIM_TAIL.replace("{iso}", _SCHEDULED_ISO.replace("%", "%%")).format(now="statement_timestamp()")
+""" + _CLAIM_TAIL.format(now="statement_timestamp()")
 
 
 def claim_due(*, worker: str, limit: int, lease_seconds: float, shift: int) -> list[tuple]:
@@ -277,7 +277,7 @@ def complete(decided) -> tuple[set, object]:
     rows = []
     for r, state, delay in decided:
         c = r.claimed
-        key = c.run_key or str(c.run_id)
+        key = c.run_text
         rows.append((key, {
             "r": key, "g": c.generation, "a": c.attempt_id, "s": state, "d": delay, "o": r.outcome,
             "h": r.http_status, "c": r.error_class, "m": r.error, "x": r.response_excerpt, "l": r.latency_ms,

@@ -388,6 +388,18 @@ class Claimed:
     schedule_key: str = ""
     scheduled_iso: str = ""
 
+    @property
+    def run_text(self) -> str:
+        return self.run_key or str(self.run_id)
+
+    @property
+    def schedule_text(self) -> str:
+        return self.schedule_key or str(self.schedule_id)
+
+    @property
+    def scheduled_text(self) -> str:
+        return self.scheduled_iso or _iso(self.scheduled_time)
+
 
 class ClaimLimits:
     """Per-tenant in-flight caps and per-target (tenant, host) budgets, re-read every few seconds
@@ -673,7 +685,7 @@ def complete(results: list[Result]) -> tuple[int, int]:
             for r, state, _ in decided
             if state in TERMINAL_STATES
             and policies[r.claimed.version_id].overlap == "buffer_one"
-            and (r.claimed.run_key or str(r.claimed.run_id), r.claimed.generation) in applied
+            and (r.claimed.run_text, r.claimed.generation) in applied
         }
         if ended:
             release_buffered(ended, now)  # a run may be buffered behind one that just ended
