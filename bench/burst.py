@@ -23,18 +23,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as C  # noqa: E402
 
 
-def load(sets, total: int, lead: float):
-    """Empty the run side and load `total` due runs spread over the schedule sets; returns T."""
+def load(sets, total: int, lead: float, via_scanner: bool = False):
+    """Empty the run side and make `total` runs due at T, spread over the schedule sets; returns
+    T. Either the runs are loaded ready (the scanner's work done beforehand), or (via_scanner)
+    only their schedules are made due at T, for real scanners to materialise."""
     C.truncate_runs()
     t = C.sql("SELECT date_trunc('second', statement_timestamp()) + make_interval(secs => %s)", [lead])[0][0]
     left = total
     for s in sets:
         k = min(left, s.count)
-        if k:
+        if via_scanner:
+            _due_schedules(s, k, t)
+        elif k:
             _load(s, k, t)
         left -= k
-    C.vacuum_analyze("runs_run", "runs_occurrence", "runs_outboxevent", "runs_attempt")
+    C.vacuum_analyze("runs_run", "runs_occurrence", "runs_outboxevent", "runs_attempt", "schedules_schedule")
     return t
+
+
+def _due_schedules(s, k, t):
+    # Schedules 1..k of the set fire at T (rate(1 day) anchored there), the rest in 10 days.
+    C.sql(
+        "UPDATE schedules_schedule SET next_run_at = CASE WHEN n <= %s THEN %s ELSE %s + interval '10 days' END, "
+        "anchor_at = %s FROM generate_series(1, %s) AS n WHERE id = " + s.sid(),
+        [k, t, t, t, s.count], fetch=False)
 
 
 def _load(s, k, t):
@@ -43,10 +55,14 @@ def _load(s, k, t):
 
 
 def one_run(args, cfg, sets, target, n, tag):
-    t = load(sets, n, args.lead)
+    t = load(sets, n, args.lead, via_scanner=args.scanners > 0)
     procs = C.Procs(args.database, {"SCHEDULER_POLL_SECONDS": args.poll})
+    scanners = [procs.start("scan", "--shard", str(i), "--shards", str(args.scanners), name=f"scan-{tag}{i}")
+                for i in range(args.scanners)]
     procs.start_workers(cfg, tag=tag)
-    backends = procs.wait_connected("scheduler-work", cfg.workers)
+    procs.wait_connected("scheduler-work", cfg.workers)
+    if scanners:
+        procs.wait_connected("scheduler-scan", len(scanners))
     now = C.db_now()
     if now >= t:
         procs.stop()
@@ -57,11 +73,20 @@ def one_run(args, cfg, sets, target, n, tag):
     time.sleep(max(0, (t - now).total_seconds() - 1.0))
     backends = C.backend_pids("scheduler-work")
     meter = C.CpuMeter()
-    meter.start({"workers": [p.pid for p in procs.procs], "their PG backends": backends,
-                 "target": [p.pid for p in target.procs]})
+    groups = {"workers": [p.pid for p in procs.procs if p not in scanners], "their PG backends": backends,
+              "target": [p.pid for p in target.procs]}
+    if scanners:
+        groups["scanners"] = [p.pid for p in scanners]
+        groups["scanners' PG backends"] = C.backend_pids("scheduler-scan")
+    meter.start(groups)
     wal0 = C.sql("SELECT pg_current_wal_lsn()")[0][0]
     wait = (t - C.db_now()).total_seconds()
     time.sleep(max(0, wait - 0.05))
+    if scanners:
+        # Until the scanners have made every run, an empty queue is not the end.
+        C.wait_until(lambda: C.sql("SELECT count(*) FROM runs_run")[0][0] >= n, timeout=args.timeout)
+        ready = C.sql("SELECT count(*) FILTER (WHERE created_at <= %s), extract(epoch FROM max(created_at) - %s) "
+                      "FROM runs_run", [t, t])[0]
     done = C.wait_drained(procs, timeout=args.timeout)
     cpu = meter.stop()
     # WAL of the whole server while the burst was dispatched (claims, results, events, and
@@ -73,7 +98,9 @@ def one_run(args, cfg, sets, target, n, tag):
     r = C.run_outcome(t)
     r["delivered"] = target.count() - delivered0
     r["attempts"] = C.sql("SELECT count(*) FROM runs_attempt")[0][0]
-    r["rss"] = hwm
+    r["rss"] = hwm[len(scanners):]
+    if scanners:
+        r["made_before"], r["last_made"] = ready[0], float(ready[1])
     r["cpu"] = cpu
     r["wal_per_run"] = float(wal) / n
     r["done"] = done
@@ -91,6 +118,8 @@ def describe(r):
         f"succeeded {r['succeeded']}/{r['runs']}, delivered {r['delivered']}, attempts {r['attempts']}, "
         f"peak RSS/worker {', '.join(C.fmt(x, '', 0) for x in r['rss'])} MiB, "
         f"WAL while dispatching {r['wal_per_run'] / 1024:.1f} KiB/run"
+        + (f", made by the scanners: {r['made_before']} before T, the last {r['last_made']:+.2f}s after T"
+           if "made_before" in r else "")
         + ("" if r["done"] else "  [TIMED OUT]")
     )
 
@@ -107,6 +136,9 @@ def main():
     ap.add_argument("--poll", type=float, default=1.0, help="SCHEDULER_POLL_SECONDS for the workers (default as shipped)")
     ap.add_argument("--lead", type=float, default=40.0, help="seconds between the start of loading and the instant")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--scanners", type=int, default=0,
+                    help="0: runs are loaded ready; K > 0: only the schedules are made due at T, and K real "
+                         "`manage.py scan --shard i --shards K` processes materialise them (the whole path)")
     ap.add_argument("--database", default="scheduler_bench_burst")
     args = ap.parse_args()
     configs = [C.WorkerConfig.parse(x) for x in args.configs.split(",")]
@@ -121,7 +153,7 @@ def main():
         sets = []
         for i in range(args.tenants):
             tenant = C.load_tenant(f"bench-{i}", target.prefix)
-            sets.append(C.load_schedules(f"b{i}", tenant, per, target_url=target.url,
+            sets.append(C.load_schedules(f"b{i}", tenant, per, target_url=target.url, expression="rate(1 day)",
                                          next_run_at="now() + interval '10 days'"))
         C.vacuum_analyze("schedules_schedule", "schedules_scheduleversion")
         print(f"loaded {per * args.tenants} schedules over {args.tenants} tenants in {time.monotonic() - t0:.1f}s; "

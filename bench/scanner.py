@@ -70,7 +70,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--schedules", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=20, help="timed passes with none due")
-    ap.add_argument("--due-repeats", type=int, default=3, help="timed drains with 1% due")
+    ap.add_argument("--due-repeats", type=int, default=3, help="timed drains with 1%% due")
     ap.add_argument("--batch", type=int, default=500, help="schedules per scanner transaction (SCHEDULER_SCAN_BATCH default)")
     ap.add_argument("--database", default="scheduler_bench_scanner")
     args = ap.parse_args()

@@ -301,6 +301,39 @@ def seconds_until_next_due(*, horizon=timedelta(0)) -> float | None:
     return soonest
 
 
+# Positions in due order at which the look-ahead checks whether the scanner would fall behind.
+# A burst past the last one is still caught: the look-ahead reaches the last probe's instant,
+# and the next probe looks on from there.
+LOOKAHEAD_PROBES = (500, 2_000, 8_000, 32_000, 128_000)
+
+
+def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | None = None, shard=None) -> float:
+    """How far ahead the scanner must materialise now so that a burst is ready before its
+    instant; 0 when the base horizon is enough.
+
+    The k-th schedule due beyond the base horizon, due t_k seconds from now, can only be made in
+    time if the k before it can be made first: k / rate <= t_k - base. Checked at a few positions
+    k, each one probe of schedule_due_idx that reads k entries (none past `limit` seconds ahead,
+    so it stops at the first position that is not there: ~3 ms with 10,000 due in the window,
+    bench/README.md); the answer is the furthest t_k that fails it. Only `allow` schedules are
+    made ahead (plan_schedule), so others counted here only make the look-ahead start sooner."""
+    now = db_now()
+    upcoming = (
+        due_schedules(now, shards=shards, shard=shard, horizon=timedelta(seconds=limit))
+        .filter(next_run_at__gt=now + timedelta(seconds=base))
+        .values_list("next_run_at", flat=True)
+    )
+    ahead = 0.0
+    for k in LOOKAHEAD_PROBES:
+        at = upcoming[k - 1:k].first()
+        if at is None:
+            break
+        left = (at - now).total_seconds()
+        if k / rate > left - base:
+            ahead = left
+    return ahead
+
+
 def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> ScanResult:
     """One scanner step: lock up to `batch` due schedules (skipping ones another scanner holds),
     turn their due occurrences into runs and advance next_run_at, all in one short transaction.
