@@ -254,6 +254,18 @@ def insert_runs(triples, now=None) -> list[Run]:
     alone: the unique constraint decides, so there is never a second run for it."""
     if not triples:
         return []
+    if _pg():
+        stamp = datetime.now(timezone.utc)
+        made = pgqueue.insert_runs(triples, stamp=stamp, now=now or stamp)
+        kept = [t for t in triples if str(t[1].id) in made]
+        for o, r, _ in kept:
+            # As bulk_create would have left them: saved, with their timestamps.
+            o.created_at = r.created_at = r.updated_at = stamp
+            o._state.adding = r._state.adding = False
+            o._state.db = r._state.db = "default"
+            r.occurrence_id = o.id
+        _notify_if_due(kept)
+        return [t[1] for t in kept]
     Occurrence.objects.bulk_create([t[0] for t in triples], batch_size=1000, ignore_conflicts=True)
     inserted = set(
         Occurrence.objects.filter(id__in=[t[0].id for t in triples]).values_list("id", flat=True)
@@ -263,10 +275,15 @@ def insert_runs(triples, now=None) -> list[Run]:
         r.occurrence_id = r.occurrence.id
     Run.objects.bulk_create([t[1] for t in kept], batch_size=1000)
     write_events([t[2] for t in kept], now or datetime.now(timezone.utc))
+    _notify_if_due(kept)
+    return [t[1] for t in kept]
+
+
+def _notify_if_due(kept) -> None:
+    """Wake idle workers when a run made here is eligible within a second."""
     soon = datetime.now(timezone.utc) + timedelta(seconds=1)
     if any(r.state == RunState.READY and r.next_eligible_at and r.next_eligible_at <= soon for _, r, _ in kept):
         notify(RUNS_CHANNEL)
-    return [t[1] for t in kept]
 
 
 def due_schedules(now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
