@@ -15,14 +15,17 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 PYTHON = BENCH.parent / ".venv" / "bin" / "python"
 
-# name: (full args, short args), in the order they run.
+# name: (script, full args, short args), in the order they run.
 PLAN = {
-    "scanner": ([], ["--schedules", "200000", "--repeats", "10", "--due-repeats", "2"]),
-    "queue_profile": ([], ["--runs", "5000", "--repeats", "2"]),
-    "burst": ([], ["--runs", "20000", "--repeats", "1"]),
-    "steady": ([], ["--seconds", "30", "--repeats", "1"]),
-    "fairness": ([], ["--big", "10000", "--repeats", "1"]),
-    "peers": ([], ["--jobs", "5000", "--rounds", "1"]),
+    "scanner": ("scanner", [], ["--schedules", "200000", "--repeats", "10", "--due-repeats", "2"]),
+    "queue_profile": ("queue_profile", [], ["--runs", "5000", "--repeats", "2"]),
+    "burst": ("burst", [], ["--runs", "20000", "--repeats", "1"]),
+    # The same burst through real scanners: only the schedules are due, made 150 s ahead.
+    "burst_scanners": ("burst", ["--scanners", "1", "--lead", "150"],
+                       ["--scanners", "1", "--lead", "60", "--runs", "20000", "--repeats", "1"]),
+    "steady": ("steady", [], ["--seconds", "30", "--repeats", "1"]),
+    "fairness": ("fairness", [], ["--big", "10000", "--repeats", "1"]),
+    "peers": ("peers", [], ["--jobs", "5000", "--rounds", "1"]),
 }
 
 
@@ -36,11 +39,12 @@ def main():
     out.mkdir(exist_ok=True)
     failed = []
     for name in names:
-        extra = PLAN[name][1 if args.short else 0]
+        script, full, short = PLAN[name]
+        extra = short if args.short else full
         print(f"=== {name} {' '.join(extra)}", flush=True)
         t = time.monotonic()
         with open(out / f"{name}.txt", "w") as log:
-            p = subprocess.Popen([str(PYTHON), str(BENCH / f"{name}.py"), *extra], stdout=subprocess.PIPE,
+            p = subprocess.Popen([str(PYTHON), str(BENCH / f"{script}.py"), *extra], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True)
             for line in p.stdout:
                 sys.stdout.write(line)

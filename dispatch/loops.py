@@ -103,8 +103,8 @@ class Scanner:
 
     RECORD_EVERY = 5.0
     LOOKAHEAD_EVERY = 1.0
-    # Runs per second assumed until the scanner has measured its own (measured: ~2,500/s in one
-    # process on a 2-core machine, bench/README.md).
+    # Runs per second assumed until the scanner has measured its own: below what one scanner
+    # made on 2-core machines (1,500-3,100/s, bench/README.md), so a first guess starts early.
     DEFAULT_RATE = 1000.0
 
     def __init__(self, *, shards=None, prefer=None, holder="", batch=None, horizon_seconds=None,
