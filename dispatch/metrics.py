@@ -11,6 +11,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Sum
+
+from scheduler_project.clientaddr import client_address
 from django.http import HttpResponse, HttpResponseForbidden
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -151,7 +153,7 @@ def _allowed(request) -> bool:
     if not networks:
         return True
     try:
-        addr = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+        addr = ipaddress.ip_address(client_address(request))
     except ValueError:
         return False
     return any(addr in ipaddress.ip_network(n, strict=False) for n in networks)

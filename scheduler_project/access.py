@@ -14,6 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import render
 
+from scheduler_project.clientaddr import client_address
 from schedules.models import Tenant, TenantMembership
 from schedules.services import Actor
 
@@ -58,7 +59,8 @@ def get_scoped(queryset, user, field: str = "tenant_id", **lookup):
 
 
 def actor_for(request) -> Actor:
-    return Actor(f"user:{request.user.get_username()}", request.META.get("REMOTE_ADDR", ""))
+    """The audit identity of a portal or admin user's request."""
+    return Actor(f"user:{request.user.get_username()}", client_address(request)[:64])
 
 
 def portal_view(view):

@@ -2,11 +2,7 @@ from django.contrib import admin, messages
 
 from scheduler_project.errors import ServiceError
 from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleVersion, TargetPrefix, Tenant, TenantMembership
-from schedules.services import Actor
-
-
-def admin_actor(request) -> Actor:
-    return Actor(f"user:{request.user.get_username()}", request.META.get("REMOTE_ADDR", ""))
+from scheduler_project.access import actor_for as admin_actor
 
 
 class TargetPrefixInline(admin.TabularInline):

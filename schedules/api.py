@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from runs import schedule_actions
 from runs.serializers import RunOut
+from scheduler_project.clientaddr import client_address
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ValidationFailed
 from scheduler_project.keyset import Keyset
@@ -49,10 +50,10 @@ from schedules.tenants import create_api_key, revoke_api_key
 
 
 def actor(request) -> Actor:
-    """The audit identity of an API call: the key's prefix and the peer address. REMOTE_ADDR is
-    the proxy's address when one is in front; it is never taken from X-Forwarded-For, which the
-    client controls."""
-    return Actor(str(request.user), request.META.get("REMOTE_ADDR", "")[:64])
+    """The audit identity of an API call: the key's prefix and the client's address (behind a
+    proxy listed in SCHEDULER_TRUSTED_PROXIES, the address it forwarded; never an address the
+    client wrote itself)."""
+    return Actor(str(request.user), client_address(request)[:64])
 
 
 def tenant_schedule(request, pk) -> Schedule:
