@@ -59,6 +59,7 @@ def one_run(args, cfg, sets, target, n, tag):
     procs = C.Procs(args.database, {"SCHEDULER_POLL_SECONDS": args.poll})
     scanners = [procs.start("scan", "--shard", str(i), "--shards", str(args.scanners), name=f"scan-{tag}{i}")
                 for i in range(args.scanners)]
+    loops = [procs.start(name, name=f"{name}-{tag}") for name in (("relay", "reconcile") if args.with_loops else ())]
     procs.start_workers(cfg, tag=tag)
     procs.wait_connected("scheduler-work", cfg.workers)
     if scanners:
@@ -73,8 +74,11 @@ def one_run(args, cfg, sets, target, n, tag):
     time.sleep(max(0, (t - now).total_seconds() - 1.0))
     backends = C.backend_pids("scheduler-work")
     meter = C.CpuMeter()
-    groups = {"workers": [p.pid for p in procs.procs if p not in scanners], "their PG backends": backends,
-              "target": [p.pid for p in target.procs]}
+    groups = {"workers": [p.pid for p in procs.procs if p not in scanners and p not in loops],
+              "their PG backends": backends, "target": [p.pid for p in target.procs]}
+    if loops:
+        groups["relay + reconciler"] = [p.pid for p in loops]
+        groups["relay/reconciler PG backends"] = C.backend_pids("scheduler-relay") + C.backend_pids("scheduler-reconcile")
     if scanners:
         groups["scanners"] = [p.pid for p in scanners]
         groups["scanners' PG backends"] = C.backend_pids("scheduler-scan")
@@ -98,7 +102,7 @@ def one_run(args, cfg, sets, target, n, tag):
     r = C.run_outcome(t)
     r["delivered"] = target.count() - delivered0
     r["attempts"] = C.sql("SELECT count(*) FROM runs_attempt")[0][0]
-    r["rss"] = hwm[len(scanners):]
+    r["rss"] = hwm[len(scanners) + len(loops):]
     if scanners:
         r["made_before"], r["last_made"] = ready[0], float(ready[1])
     r["cpu"] = cpu
@@ -139,6 +143,9 @@ def main():
     ap.add_argument("--scanners", type=int, default=0,
                     help="0: runs are loaded ready; K > 0: only the schedules are made due at T, and K real "
                          "`manage.py scan --shard i --shards K` processes materialise them (the whole path)")
+    ap.add_argument("--with-loops", action="store_true",
+                    help="also run `manage.py relay` and `manage.py reconcile`, as a deployment does (the relay "
+                         "publishes or marks every event the burst writes)")
     ap.add_argument("--database", default="scheduler_bench_burst")
     args = ap.parse_args()
     configs = [C.WorkerConfig.parse(x) for x in args.configs.split(",")]

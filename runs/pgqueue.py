@@ -87,6 +87,14 @@ _SCHEDULED_ISO = """CASE WHEN date_part('microseconds', l.scheduled_time)::bigin
        THEN to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
        ELSE to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END"""
 
+def _published_at(tenant: str, now: str) -> str:
+    """An event's published_at as it is written: already published when its tenant has no webhook
+    (there is nobody to deliver it to; the relay would only mark it, a second write of the row and
+    of its five index entries: ~0.25 cores for a 100,000-run burst, bench/burst.py --with-loops),
+    otherwise left for the relay. One primary-key probe of the (small) tenants table per event."""
+    return f"(SELECT CASE WHEN tn.notification_url = '' THEN {now} END FROM schedules_tenant tn WHERE tn.id = {tenant})"
+
+
 # After a `leased` CTE (RETURNING the run columns below): open the attempts, write the events and
 # return each claimed run with its version's call and retry policy. {now} is the claim's time.
 _CLAIM_TAIL = """), opened AS (
@@ -96,11 +104,11 @@ _CLAIM_TAIL = """), opened AS (
     RETURNING id, run_id
 ), events AS (
     INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at,
-                                  publish_attempts, last_error)
+                                  publish_attempts, last_error, published_at)
     SELECT gen_random_uuid(), tenant_id, id, 'run.leased',
            jsonb_build_object('runId', id::text, 'generation', generation, 'workerId', %(worker)s::text,
                               'state', 'leased'),
-           {now}, 0, ''
+           {now}, 0, '', """ + _published_at("tenant_id", "{now}") + """
     FROM leased
 )
 SELECT l.id, l.generation, o.id, l.attempts_used, l.max_attempts, l.tenant_id, l.schedule_id,
@@ -249,12 +257,13 @@ WITH v AS (
     FROM applied v
     WHERE a.id = v.a
 ), events AS (
-    INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error)
+    INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
+                                  published_at)
     SELECT gen_random_uuid(), v.tenant_id, v.id,
            'run.' || CASE WHEN v.s = 'ready' THEN 'retry_scheduled' ELSE v.s END,
            jsonb_build_object('runId', v.id::text, 'generation', v.g, 'state', v.s,
                               'nextEligibleAt', {_ISO.format("v.next_eligible_at")}) || {_EVIDENCE},
-           statement_timestamp(), 0, ''
+           statement_timestamp(), 0, '', {_published_at("v.tenant_id", "statement_timestamp()")}
     FROM applied v
 )
 SELECT id::text, generation, CASE WHEN row_number() OVER () = 1 THEN statement_timestamp() END FROM applied
@@ -322,8 +331,9 @@ WITH v AS (
     FROM v JOIN occ ON occ.id = v.o
     RETURNING id, tenant_id
 ), events AS (
-    INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error)
-    SELECT gen_random_uuid(), m.tenant_id, m.id, v.ek, v.ep, %(now)s, 0, ''
+    INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
+                                  published_at)
+    SELECT gen_random_uuid(), m.tenant_id, m.id, v.ek, v.ep, %(now)s, 0, '', """ + _published_at("m.tenant_id", "%(now)s") + """
     FROM made m JOIN v ON v.r = m.id
 )
 SELECT id::text FROM made
@@ -353,8 +363,10 @@ def insert_runs(triples, *, stamp, now) -> set:
 
 
 INSERT_EVENTS_SQL = """
-INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error)
-SELECT gen_random_uuid(), v.tenant_id, v.run_id, v.kind, v.payload::jsonb, %(now)s, 0, ''
+INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
+                              published_at)
+SELECT gen_random_uuid(), v.tenant_id, v.run_id, v.kind, v.payload::jsonb, %(now)s, 0, '',
+       """ + _published_at("v.tenant_id", "%(now)s") + """
 FROM unnest(%(tenants)s::uuid[], %(runs)s::uuid[], %(kinds)s::text[], %(payloads)s::text[])
      AS v(tenant_id, run_id, kind, payload)
 """

@@ -212,10 +212,12 @@ def test_events_older_than_the_retention_are_not_judged(tenant, target, settings
 
 
 def test_it_warns_of_old_unpublished_events_only_where_a_webhook_waits_for_them(tenant, other_tenant, target):
+    type(tenant).objects.filter(id=tenant.id).update(notification_url=target.url + "/events")
     s, run = ready_run(tenant, target)
-    ready_run(other_tenant, target, "/other")
+    ready_run(other_tenant, target, "/other")  # no webhook: its event is written published
     OutboxEvent.objects.update(created_at=db_now() - timedelta(hours=1))
-    assert checks("unpublished_events") == []  # neither tenant has a webhook
+    type(tenant).objects.filter(id=tenant.id).update(notification_url="")
+    assert checks("unpublished_events") == []  # the webhook is gone: nothing waits for the event
     type(tenant).objects.filter(id=tenant.id).update(notification_url=target.url + "/events")
     (v,) = checks("unpublished_events")
     ev = OutboxEvent.objects.get(run=run)

@@ -46,9 +46,14 @@ def test_each_event_is_delivered_once_signed_and_marked_published(tenant, target
 
 
 def test_events_of_a_tenant_without_a_webhook_are_marked_published_without_a_call(tenant, other_tenant, target, relay):
+    # Written while the tenant had a webhook (otherwise they are written published), which it
+    # then removed: the relay marks them without calling anyone.
+    with_webhook(tenant, target.url + "/gone")
     with_webhook(other_tenant, target.url + "/events")
     events_for(tenant, target, 2)
+    with_webhook(tenant, "")
     theirs = events_for(other_tenant, target, 1)
+    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 3
     relay.step()
     assert not OutboxEvent.objects.filter(published_at__isnull=True).exists()
     assert [json.loads(d["body"])["eventId"] for d in webhook_deliveries(target)] == [str(theirs[0].event_id)]
