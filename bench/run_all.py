@@ -26,6 +26,7 @@ PLAN = {
     "steady": ("steady", [], ["--seconds", "30", "--repeats", "1"]),
     "fairness": ("fairness", [], ["--big", "10000", "--repeats", "1"]),
     "peers": ("peers", [], ["--jobs", "5000", "--rounds", "1"]),
+    "api_create": ("api_create", [], ["--creates", "800", "--repeats", "1"]),
 }
 
 

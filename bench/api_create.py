@@ -1,0 +1,120 @@
+"""API create: how fast services can create schedules through the real API (gunicorn, DRF, an API
+key, the tenant's allowlist, the audit log), as a load test from outside would.
+
+    .venv/bin/python bench/api_create.py [--creates 3000] [--gunicorn-workers 2] [--threads 8] [--repeats 3]
+
+Per repeat: N `POST /api/v1/schedules` (one-time `at(...)` schedules) from client threads with
+keep-alive sessions, on the same machine as gunicorn and PostgreSQL (the client's CPU counts
+against the same 2 cores). The per-key rate limit is raised for the run
+(SCHEDULER_API_RATE_LIMIT_PER_MINUTE; the shipped 600 per minute would cap it at 10/s). Prints
+creates/s and the p50/p99 request time; every answer must be 201.
+
+Database: scheduler_bench_api (dropped and made again).
+"""
+
+import argparse
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_run(args, url, key, tag):
+    import requests
+
+    body = {"expression": "at(2030-01-01T00:00:00)", "timeZone": "UTC",
+            "target": {"url": "http://127.0.0.1:9/run"}, "name": ""}
+    codes, times, lock = {}, [], threading.Lock()
+
+    def client(n, t):
+        s = requests.Session()
+        s.headers["Authorization"] = "Bearer " + key
+        mine = []
+        for i in range(n):
+            body_i = dict(body, name=f"{tag}-{t}-{i}")
+            t0 = time.perf_counter()
+            r = s.post(url + "/api/v1/schedules", json=body_i)
+            mine.append(time.perf_counter() - t0)
+            with lock:
+                codes[r.status_code] = codes.get(r.status_code, 0) + 1
+        with lock:
+            times.extend(mine)
+
+    per = args.creates // args.threads
+    threads = [threading.Thread(target=client, args=(per, t)) for t in range(args.threads)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    n = per * args.threads
+    return {"n": n, "wall": wall, "rate": n / wall, "codes": codes,
+            "p50": C.percentile(times, 50), "p99": C.percentile(times, 99)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--creates", type=int, default=3000)
+    ap.add_argument("--gunicorn-workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=8, help="client threads, each with a keep-alive session")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--database", default="scheduler_bench_api")
+    args = ap.parse_args()
+
+    print(C.machine_line(), flush=True)
+    C.setup_database(args.database)
+    from schedules.tenants import create_api_key, create_tenant
+
+    tenant = create_tenant("bench-api", allow_targets=["http://127.0.0.1:9/"])
+    _, key = create_api_key(tenant, label="bench")
+    port = free_port()
+    env = C.bench_env(args.database, SCHEDULER_API_RATE_LIMIT_PER_MINUTE=10_000_000)
+    gunicorn = subprocess.Popen(
+        [str(C.PYTHON.parent / "gunicorn"), "scheduler_project.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(args.gunicorn_workers), "--log-level", "warning"], cwd=C.CODE, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        import requests
+
+        for _ in range(100):
+            try:
+                if requests.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        results = []
+        for rep in range(args.repeats):
+            r = one_run(args, url, key, f"r{rep}")
+            results.append(r)
+            print(f"  [#{rep + 1}] {r['n']} creates in {r['wall']:.1f}s: {r['rate']:.0f}/s, request p50 "
+                  f"{r['p50'] * 1000:.1f} ms p99 {r['p99'] * 1000:.1f} ms, answers {r['codes']}", flush=True)
+        ok = all(set(r["codes"]) == {201} for r in results)
+        made = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
+        print(f"\napi create: {args.creates} schedules per repeat through gunicorn ({args.gunicorn_workers} workers), "
+              f"{args.threads} client threads on the same machine, median of {args.repeats}:")
+        print(f"  creates/s     {C.spread([r['rate'] for r in results], 0)}")
+        print(f"  request p50   {C.spread([r['p50'] * 1000 for r in results], 1, ' ms')}")
+        print(f"  request p99   {C.spread([r['p99'] * 1000 for r in results], 1, ' ms')}")
+        print(f"  check         {'OK: every answer 201' if ok else 'NOT every answer was 201'}, "
+              f"{made} schedules in the database")
+    finally:
+        gunicorn.send_signal(signal.SIGTERM)
+        gunicorn.wait(30)
+
+
+if __name__ == "__main__":
+    main()
