@@ -87,6 +87,7 @@ _SCHEDULED_ISO = """CASE WHEN date_part('microseconds', l.scheduled_time)::bigin
        THEN to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
        ELSE to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END"""
 
+
 def _published_at(tenant: str, now: str) -> str:
     """An event's published_at as it is written: already published when its tenant has no webhook
     (there is nobody to deliver it to; the relay would only mark it, a second write of the row and
