@@ -89,45 +89,44 @@ def answering_ok(delay=0.0):
 keep_alive_ok = answering_ok()
 
 
-def test_a_head_answer_ends_at_its_headers_whatever_its_content_length():
+def answering_once(raw: bytes, *, hold: float = 0.0):
+    """A handler that reads one request, writes ``raw`` as is, and keeps the connection open for
+    ``hold`` seconds (so the client cannot take the end of the connection as the end of the
+    answer), then closes it."""
+
     async def handler(reader, writer):
         await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")
+        writer.write(raw)
         await writer.drain()
-        await asyncio.sleep(5)
+        if hold:
+            await asyncio.sleep(hold)
 
+    return handler
+
+
+def test_a_head_answer_ends_at_its_headers_whatever_its_content_length():
+    handler = answering_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n", hold=5)
     (result,), _ = serving(handler, lambda c, b: post(c, b, method="HEAD"))
     assert (result.status, result.outcome, result.body_excerpt) == (200, "succeeded", b"")
     assert result.latency_ms < 1000
 
 
 def test_an_informational_answer_is_skipped_for_the_final_one():
-    async def handler(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
-
+    handler = answering_once(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
     (result,), _ = serving(handler, post)
     assert (result.status, result.body_excerpt) == (201, b"done")
 
 
 def test_an_answer_without_length_ends_when_the_connection_closes():
-    async def handler(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
-        await writer.drain()
-
+    handler = answering_once(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
     (first, second), server = serving(handler, post, post)
     assert (first.status, first.body_excerpt) == (200, b"until the end")
     assert second.status == 200 and server.connections == 2
 
 
 def test_a_chunked_answer_is_decoded_into_the_excerpt():
-    async def handler(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\nRetry-After: 7\r\n\r\n"
-                     b"4\r\nfail\r\n5\r\ned it\r\n0\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(1)
+    handler = answering_once(b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\nRetry-After: 7\r\n\r\n"
+                             b"4\r\nfail\r\n5\r\ned it\r\n0\r\n\r\n", hold=1)
 
     (result,), _ = serving(handler, post)
     assert (result.status, result.retryable, result.retry_after) == (500, True, 7.0)
@@ -135,10 +134,8 @@ def test_a_chunked_answer_is_decoded_into_the_excerpt():
 
 
 def test_a_connection_the_target_closed_while_idle_is_not_reused():
-    async def handler(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()  # keep-alive by default, then the server hangs up anyway
+    # Keep-alive by default, then the server hangs up anyway.
+    handler = answering_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     async def later(client, base):
         await asyncio.sleep(0.1)
@@ -150,23 +147,12 @@ def test_a_connection_the_target_closed_while_idle_is_not_reused():
 
 
 def test_a_malformed_answer_is_a_retryable_failure_after_sending():
-    async def handler(reader, writer):
-        await read_request(reader)
-        writer.write(b"SMTP ready\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(1)
-
-    (result,), _ = serving(handler, post)
+    (result,), _ = serving(answering_once(b"SMTP ready\r\n\r\n", hold=1), post)
     assert (result.status, result.retryable, result.error_class) == (None, True, "ClientResponseError")
 
 
 def test_a_body_cut_short_is_a_payload_error():
-    async def handler(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
-        await writer.drain()
-
-    (result,), _ = serving(handler, post)
+    (result,), _ = serving(answering_once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this"), post)
     assert (result.status, result.retryable, result.error_class) == (None, True, "ClientPayloadError")
 
 
