@@ -5,8 +5,8 @@ Why this shape: an HTTP call through the asyncio transport (dispatch/http1.py) c
 CPU, against ~400 µs through aiohttp's client and ~880 µs through requests (docs/dispatch.md),
 and per-run commits cost 10-15x batched ones. So the event loop only makes HTTP calls; every
 database step runs on one of two dedicated threads ("lanes"), each owning its own connection:
-claims on one, results and heartbeats on the other. Each step handles a whole batch. No lock is held while a target is called: the claim commits
-before the first call starts.
+claims on one, results and heartbeats on the other. Each step handles a whole batch. No lock is
+held while a target is called: the claim commits before the first call starts.
 
 Steps of one run: claimed (committed: leased, generation + 1, attempt open) -> call -> result
 queued -> complete() applies it only if the generation still holds the lease.

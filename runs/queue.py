@@ -263,7 +263,6 @@ def insert_runs(triples, now=None) -> list[Run]:
             o.created_at = r.created_at = r.updated_at = stamp
             o._state.adding = r._state.adding = False
             o._state.db = r._state.db = "default"
-            r.occurrence_id = o.id
         _notify_if_due(kept)
         return [t[1] for t in kept]
     Occurrence.objects.bulk_create([t[0] for t in triples], batch_size=1000, ignore_conflicts=True)
@@ -333,8 +332,8 @@ def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | N
     k, each one probe of schedule_due_idx that reads k entries (none past `limit` seconds ahead;
     it stops at the first position that is not there). Measured on the 1,000,000-schedule
     database of bench/scanner.py: 1.5-3 ms with 10,000 in the window, ~20 ms with all of them.
-    The answer is the furthest t_k that fails it. Only `allow` schedules are
-    made ahead (plan_schedule), so others counted here only make the look-ahead start sooner."""
+    The answer is the furthest t_k that fails it. Only `allow` schedules are made ahead
+    (plan_schedule), so others counted here only make the look-ahead start sooner."""
     now = db_now()
     upcoming = (
         due_schedules(now, shards=shards, shard=shard, horizon=timedelta(seconds=limit))
