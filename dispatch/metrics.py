@@ -1,4 +1,4 @@
-"""Prometheus metrics at /metrics, computed from the database at scrape time.
+"""Prometheus metrics (served at /metrics by scheduler_project.web.health), computed from the database at scrape time.
 
 Every figure is read from PostgreSQL when Prometheus scrapes (through runs.stats, the module the
 portal dashboard uses, plus the loops' own rows: worker counters and shard leases), so any of
@@ -6,15 +6,12 @@ several gunicorn workers answers the same thing and nothing is lost when a proce
 Queries are the bounded, index-backed ones of runs.stats; a scrape costs a few milliseconds.
 """
 
-import ipaddress
 from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Sum
 
-from scheduler_project.clientaddr import client_address
-from django.http import HttpResponse, HttpResponseForbidden
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -148,20 +145,8 @@ class SchedulerCollector:
         yield age
 
 
-def _allowed(request) -> bool:
-    networks = settings.SCHEDULER_METRICS_ALLOWED_NETWORKS
-    if not networks:
-        return True
-    try:
-        addr = ipaddress.ip_address(client_address(request))
-    except ValueError:
-        return False
-    return any(addr in ipaddress.ip_network(n, strict=False) for n in networks)
-
-
-def metrics_view(request):
-    if not _allowed(request):
-        return HttpResponseForbidden("metrics are restricted to SCHEDULER_METRICS_ALLOWED_NETWORKS\n")
+def exposition() -> bytes:
+    """The Prometheus text for one scrape."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SchedulerCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    return generate_latest(registry)

@@ -37,6 +37,8 @@ INSTALLED_APPS = [
     "schedules",
     "runs",
     "dispatch",
+    # The HTTP surface (API, portal, admin) above the domain apps.
+    "scheduler_project.web",
 ]
 
 MIDDLEWARE = [
@@ -127,14 +129,14 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["schedules.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["schedules.auth.IsTenantKey"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["scheduler_project.web.api.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["scheduler_project.web.api.auth.IsTenantKey"],
     # Per key, counted in the database so every gunicorn worker shares one count.
-    "DEFAULT_THROTTLE_CLASSES": ["schedules.ratelimit.PerKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["scheduler_project.web.api.ratelimit.PerKeyRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # JSON only, size-capped before it is read (413), and refusing what PostgreSQL cannot store.
-    "DEFAULT_PARSER_CLASSES": ["scheduler_project.api_errors.LimitedJSONParser"],
-    "EXCEPTION_HANDLER": "scheduler_project.api_errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["scheduler_project.web.api.errors.LimitedJSONParser"],
+    "EXCEPTION_HANDLER": "scheduler_project.web.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
     "UNAUTHENTICATED_TOKEN": None,
@@ -202,7 +204,7 @@ SCHEDULER_IDEMPOTENCY_RETENTION_HOURS = env.int("SCHEDULER_IDEMPOTENCY_RETENTION
 SCHEDULER_API_RATE_LIMIT_PER_MINUTE = env.int("SCHEDULER_API_RATE_LIMIT_PER_MINUTE", default=600)
 SCHEDULER_METRICS_ALLOWED_NETWORKS = env.list("SCHEDULER_METRICS_ALLOWED_NETWORKS", default=[])
 # Networks of the load balancers / reverse proxies in front of gunicorn: X-Forwarded-For is
-# believed only as far as they wrote it (scheduler_project.clientaddr). Empty: never believed.
+# believed only as far as they wrote it (scheduler_project.web.clientaddr). Empty: never believed.
 SCHEDULER_TRUSTED_PROXIES = env.list("SCHEDULER_TRUSTED_PROXIES", default=[])
 SCHEDULER_MAX_REQUEST_BYTES = env.int("SCHEDULER_MAX_REQUEST_BYTES", default=2 * SCHEDULER_MAX_PAYLOAD_BYTES + 65536)
 SCHEDULER_OUTBOX_ALERT_SECONDS = env.int("SCHEDULER_OUTBOX_ALERT_SECONDS", default=300)

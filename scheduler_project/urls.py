@@ -3,10 +3,10 @@ from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from dispatch.metrics import metrics_view
-from runs import api as runs_api
-from scheduler_project import health
-from schedules import api as schedules_api
+from scheduler_project.web.health import metrics_view
+from scheduler_project.web.api import runs as runs_api
+from scheduler_project.web import health
+from scheduler_project.web.api import schedules as schedules_api
 
 api_v1 = [
     path("schedules", schedules_api.ScheduleListView.as_view(), name="api-schedules"),
@@ -34,7 +34,7 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("scheduler_project.portal_urls")),
+    path("", include("scheduler_project.web.portal.urls")),
 ]
 
 # The Swagger UI assets come from drf-spectacular-sidecar under STATIC_URL. With DEBUG this serves
@@ -43,7 +43,7 @@ urlpatterns = [
 urlpatterns += staticfiles_urlpatterns()
 
 # Django-level errors (outside DRF) on /api/ paths answer JSON too.
-handler400 = "scheduler_project.api_errors.json_400"
-handler403 = "scheduler_project.api_errors.json_403"
-handler404 = "scheduler_project.api_errors.json_404"
-handler500 = "scheduler_project.api_errors.json_500"
+handler400 = "scheduler_project.web.api.errors.json_400"
+handler403 = "scheduler_project.web.api.errors.json_403"
+handler404 = "scheduler_project.web.api.errors.json_404"
+handler500 = "scheduler_project.web.api.errors.json_500"

@@ -5,7 +5,7 @@ import pytest
 from django.test import RequestFactory
 
 from schedules.models import AuditEntry
-from scheduler_project.clientaddr import client_address
+from scheduler_project.web.clientaddr import client_address
 from tests.api.conftest import schedule_body
 
 PROXY = {"REMOTE_ADDR": "10.0.0.5"}

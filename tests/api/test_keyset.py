@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from runs.models import Run
 from scheduler_project.errors import ValidationFailed
-from scheduler_project.keyset import Keyset
+from scheduler_project.web.pagination import Keyset
 from schedules.models import AuditEntry
 from schedules.services import Actor, audit
 from tests.api.conftest import hourly_runs

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from schedules import ratelimit
+from scheduler_project.web.api import ratelimit
 from schedules.models import ApiKey, ApiRateCounter
 
 LIMIT = 3

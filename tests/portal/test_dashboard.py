@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from runs import stats
 from runs.models import AttemptOutcome, RunState
-from runs.views import dashboard as dash
+from scheduler_project.web.portal import dashboard as dash
 
 from .conftest import make_run
 

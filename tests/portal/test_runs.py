@@ -44,7 +44,7 @@ def test_an_htmx_filter_returns_only_the_results_fragment(operator, schedule):
 
 @pytest.mark.parametrize("who", ["operator", "acme"])
 def test_keyset_pages_cover_every_run_once_in_order(request, who, schedule, other_schedule, monkeypatch):
-    from schedules.views import common
+    from scheduler_project.web.portal import common
 
     monkeypatch.setattr(common, "PAGE_SIZE", 4)
     client = request.getfixturevalue(who)

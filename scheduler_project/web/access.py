@@ -14,7 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import render
 
-from scheduler_project.clientaddr import client_address
+from scheduler_project.web.clientaddr import client_address
 from schedules.models import Tenant, TenantMembership
 from schedules.services import Actor
 

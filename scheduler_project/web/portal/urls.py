@@ -2,8 +2,7 @@
 
 from django.urls import path
 
-from runs.views import dashboard, dlq, runs, schedules
-from schedules.views import audit, tenants
+from scheduler_project.web.portal import audit, dashboard, dlq, runs, schedules, tenants
 
 urlpatterns = [
     path("", dashboard.dashboard, name="runs-dashboard"),

@@ -12,13 +12,13 @@ from django.views.decorators.http import require_POST
 
 from runs import schedule_actions
 from runs.models import Run
-from scheduler_project.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenants
+from scheduler_project.web.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenants
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ServiceError
 from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus
 from schedules.services import rule_for
-from schedules.views.common import call_service, keyset_page, parse_uuid, parse_when, render_view
+from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, parse_when, render_view
 
 STATUS_FILTERS = {
     "active": {"status": ScheduleStatus.ACTIVE, "enabled": True},

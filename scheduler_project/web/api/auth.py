@@ -62,7 +62,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
     """Describes the bearer key in the OpenAPI document, so Swagger UI's "Authorize" button and
     schema-driven clients (and fuzzers) know how to send it."""
 
-    target_class = "schedules.auth.ApiKeyAuthentication"
+    target_class = "scheduler_project.web.api.auth.ApiKeyAuthentication"
     name = "apiKey"
 
     def get_security_definition(self, auto_schema):

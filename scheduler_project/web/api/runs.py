@@ -7,10 +7,10 @@ from rest_framework.views import APIView
 
 from runs import services
 from runs.models import Attempt, Run, RunState
-from runs.serializers import RunOut
+from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.errors import ValidationFailed
-from scheduler_project.keyset import Keyset
-from schedules.api import (
+from scheduler_project.web.pagination import Keyset
+from scheduler_project.web.api.schedules import (
     BODY_ERRORS,
     PAGE_PARAMS,
     actor,

@@ -14,10 +14,10 @@ from django.utils.http import urlencode
 
 from runs import services
 from runs.models import Run, RunState
-from runs.views.runs import run_filters, runs_page, _tenant_ids_for_merge
-from scheduler_project.access import actor_for, is_operator, portal_view, scope, visible_tenants
+from scheduler_project.web.portal.runs import run_filters, runs_page, _tenant_ids_for_merge
+from scheduler_project.web.access import actor_for, is_operator, portal_view, scope, visible_tenants
 from scheduler_project.errors import ServiceError
-from schedules.views.common import parse_uuid, render_view
+from scheduler_project.web.portal.common import parse_uuid, render_view
 
 # A bulk action over a filter touches at most this many runs; a bigger set is done in steps, so
 # no click starts an unbounded loop at 3 a.m.

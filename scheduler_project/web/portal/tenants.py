@@ -5,10 +5,10 @@ from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
-from scheduler_project.access import actor_for, get_scoped, is_operator, operator_only, portal_view, visible_tenants
+from scheduler_project.web.access import actor_for, get_scoped, is_operator, operator_only, portal_view, visible_tenants
 from schedules import tenants as tenant_services
 from schedules.models import ApiKey, TargetPrefix, Tenant
-from schedules.views.common import call_service, render_view
+from scheduler_project.web.portal.common import call_service, render_view
 
 
 @portal_view

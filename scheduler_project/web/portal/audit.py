@@ -1,8 +1,8 @@
 """The audit log: who did what, when, from where, to which object; scoped like everything else."""
 
-from scheduler_project.access import is_operator, portal_view, scope, visible_tenants
+from scheduler_project.web.access import is_operator, portal_view, scope, visible_tenants
 from schedules.models import AuditEntry
-from schedules.views.common import keyset_page, parse_uuid, render_view
+from scheduler_project.web.portal.common import keyset_page, parse_uuid, render_view
 
 
 @portal_view

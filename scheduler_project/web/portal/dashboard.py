@@ -5,7 +5,7 @@ from django.shortcuts import render
 from django_htmx.http import HttpResponseStopPolling
 
 from runs import stats
-from scheduler_project.access import is_operator, portal_view, visible_tenant_ids
+from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
 
 # Seconds between checks: fast while things move, slower each time nothing did.
 INTERVALS = (5, 10, 20, 30, 60)

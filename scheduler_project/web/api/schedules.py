@@ -12,16 +12,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import schedule_actions
-from runs.serializers import RunOut
-from scheduler_project.clientaddr import client_address
+from scheduler_project.web.api.run_serializers import RunOut
+from scheduler_project.web.clientaddr import client_address
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ValidationFailed
-from scheduler_project.keyset import Keyset
+from scheduler_project.web.pagination import Keyset
 from schedules import timeexpr
 from schedules.idempotency import HEADER as IDEMPOTENCY_HEADER
 from schedules.idempotency import idempotent
 from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
-from schedules.serializers import (
+from scheduler_project.web.api.schedule_serializers import (
     EARLIEST,
     LATEST,
     ApiKeyCreatedOut,

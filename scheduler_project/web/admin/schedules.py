@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 
 from scheduler_project.errors import ServiceError
 from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleVersion, TargetPrefix, Tenant, TenantMembership
-from scheduler_project.access import actor_for as admin_actor
+from scheduler_project.web.access import actor_for as admin_actor
 
 
 class TargetPrefixInline(admin.TabularInline):

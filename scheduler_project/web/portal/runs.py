@@ -9,10 +9,10 @@ from django_htmx.http import HttpResponseStopPolling
 
 from runs import services
 from runs.models import TERMINAL_STATES, Run, RunState
-from scheduler_project.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenant_ids, visible_tenants
+from scheduler_project.web.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenant_ids, visible_tenants
 from schedules.models import Schedule
-from schedules.views import common
-from schedules.views.common import (
+from scheduler_project.web.portal import common
+from scheduler_project.web.portal.common import (
     Page,
     after_cursor,
     call_service,

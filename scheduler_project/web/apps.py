@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class WebConfig(AppConfig):
+    name = "scheduler_project.web"
+    label = "web"
+    verbose_name = "HTTP surface"

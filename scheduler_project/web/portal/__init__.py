@@ -1,0 +1,1 @@
+"""Portal pages (HTML + htmx) for operators and tenant users; see docs/portal.md."""
