@@ -113,12 +113,23 @@ class Proc:
     args: list
     env: dict
     popen: subprocess.Popen | None = None
+    # Put before the command, e.g. ["ip", "netns", "exec", "worker1"] to run it on another host.
+    prefix: list = field(default_factory=list)
+    # Where its output goes (appended across restarts): the evidence when a loop dies or wedges.
+    log_path: Path | None = None
+    starts: int = 0
 
     def start(self):
-        self.popen = subprocess.Popen(
-            [sys.executable, "manage.py", *self.args], cwd=ROOT, env=self.env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        try:
+            self.popen = subprocess.Popen(
+                [*self.prefix, sys.executable, "manage.py", *self.args], cwd=ROOT, env=self.env,
+                stdout=out, stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
+            )
+        finally:
+            if self.log_path:
+                out.close()
+        self.starts += 1
 
     def alive(self):
         return self.popen is not None and self.popen.poll() is None
@@ -198,9 +209,6 @@ def run_chaos(*, duration: float, seed: int, schedules: int, backlog_minutes: in
     """Set up, run the processes under chaos for `duration` seconds, let them drain, count."""
     from django.db import connection
 
-    from runs.models import Attempt, OutboxEvent, Run
-    from schedules.models import Schedule
-    from schedules.services import rule_for
     from schedules.tenants import create_tenant
 
     if not FAKETIME_LIB.exists():
@@ -263,28 +271,7 @@ def run_chaos(*, duration: float, seed: int, schedules: int, backlog_minutes: in
                 if not p.alive():
                     p.start()
         log(f"chaos over after {duration:.0f}s: {report.kills} SIGKILLs, {report.session_kills} sessions terminated; draining")
-        # Quiet down in two steps. First let the scanners catch up with the clock, then stop new
-        # occurrences (remembering how far each schedule got), then wait for every run to end.
-        end = time.monotonic() + drain_timeout
-        bounds = {}
-        while time.monotonic() < end:
-            for p in procs:
-                if not p.alive():
-                    p.start()
-            now = db_clock()
-            if not Schedule.objects.filter(id__in=schedule_ids, next_run_at__lte=now).exists():
-                break
-            time.sleep(0.5)
-        for s in Schedule.objects.filter(id__in=schedule_ids):
-            bounds[s.id] = s.next_run_at
-        Schedule.objects.filter(id__in=schedule_ids).update(enabled=False)
-        while time.monotonic() < end:
-            for p in procs:
-                if not p.alive():
-                    p.start()
-            if not Run.objects.exclude(state__in=["succeeded", "dead", "canceled", "skipped"]).exists():
-                break
-            time.sleep(0.5)
+        bounds = quiet_down(procs, schedule_ids, timeout=drain_timeout)
     finally:
         for p in procs:
             if p.alive():
@@ -297,7 +284,48 @@ def run_chaos(*, duration: float, seed: int, schedules: int, backlog_minutes: in
                     p.popen.kill()
         target.close()
 
-    # --- counting ---------------------------------------------------------------------------
+    count_outcome(report, schedule_ids=schedule_ids, bounds=bounds, deliveries=target.deliveries, log=log)
+    return report
+
+
+def quiet_down(procs, schedule_ids, *, timeout: float, restart: bool = True) -> dict:
+    """Quiet down in two steps. First let the scanners catch up with the clock, then stop new
+    occurrences (remembering how far each schedule got), then wait for every run to end.
+    Returns each schedule's bound: every rule instant before it must have a run. With
+    `restart`, a process that exited is started again, as a supervisor would."""
+    from runs.models import Run
+    from schedules.models import Schedule
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if restart:
+            for p in procs:
+                if not p.alive():
+                    p.start()
+        now = db_clock()
+        if not Schedule.objects.filter(id__in=schedule_ids, next_run_at__lte=now).exists():
+            break
+        time.sleep(0.5)
+    bounds = dict(Schedule.objects.filter(id__in=schedule_ids).values_list("id", "next_run_at"))
+    Schedule.objects.filter(id__in=schedule_ids).update(enabled=False)
+    while time.monotonic() < end:
+        if restart:
+            for p in procs:
+                if not p.alive():
+                    p.start()
+        if not Run.objects.exclude(state__in=["succeeded", "dead", "canceled", "skipped"]).exists():
+            break
+        time.sleep(0.5)
+    return bounds
+
+
+def count_outcome(report: Report, *, schedule_ids, bounds: dict, deliveries, log=print) -> Report:
+    """Count what happened once everything is quiet (the module docstring defines each figure).
+    `deliveries` are the target's records: (run_id, generation, idempotency_key, acted, behaviour)."""
+    from runs.models import Attempt, OutboxEvent, Run
+    from schedules.models import Schedule
+    from schedules.services import rule_for
+
     report.runs = Run.objects.count()
     unfinished = Run.objects.exclude(state__in=["succeeded", "dead", "canceled", "skipped"]).count()
     expected_missing = 0
@@ -319,10 +347,10 @@ def run_chaos(*, duration: float, seed: int, schedules: int, backlog_minutes: in
     counts = Counter(Run.objects.values_list("schedule_id", "scheduled_time"))
     report.duplicate_runs = sum(n - 1 for n in counts.values() if n > 1)
 
-    report.deliveries = len(target.deliveries)
-    acted = Counter(d[0] for d in target.deliveries if d[3])
+    report.deliveries = len(deliveries)
+    acted = Counter(d[0] for d in deliveries if d[3])
     report.duplicate_deliveries = sum(n - 1 for n in acted.values() if n > 1)
-    keys_ok = all(d[0] == d[2] for d in target.deliveries)
+    keys_ok = all(d[0] == d[2] for d in deliveries)
     if not keys_ok:
         report.details.append("a delivery's Idempotency-Key differed from its run id")
         report.audit_violations += 1
@@ -342,6 +370,7 @@ def run_chaos(*, duration: float, seed: int, schedules: int, backlog_minutes: in
 
     report.audit_violations += count_audit_violations(log)
     return report
+
 
 
 def count_audit_violations(log=print) -> int:
