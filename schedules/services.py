@@ -16,7 +16,7 @@ from scheduler_project.errors import PayloadTooLarge, ValidationFailed
 from scheduler_project.notify import SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
-from schedules.targets import url_allowed
+from schedules.targets import target_header_problems, url_allowed
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
 # version (time.md "Editing").
@@ -42,8 +42,6 @@ VERSIONED_DEFAULTS = {
     "end_at": None,
 }
 TARGET_METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
-# Headers the scheduler sets itself; a schedule may not override them.
-RESERVED_HEADER_PREFIXES = ("x-scheduler-", "idempotency-key", "content-length", "host", "content-type")
 
 
 @dataclass(frozen=True)
@@ -106,9 +104,8 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime) -> object:
         )
     if fields["target_method"] not in TARGET_METHODS:
         err("target", f"method must be one of {', '.join(TARGET_METHODS)}")
-    for name in fields["target_headers"] or {}:
-        if name.lower().startswith(RESERVED_HEADER_PREFIXES):
-            err("target", f"header {name!r} is set by the scheduler and cannot be overridden")
+    for problem in target_header_problems(fields["target_headers"]):
+        err("target", problem)
     timeout_cap = max(1, settings.SCHEDULER_LEASE_SECONDS - 5)
     if not 1 <= fields["target_timeout_seconds"] <= timeout_cap:
         err("target", f"timeoutSeconds must be between 1 and {timeout_cap} (below the lease)")

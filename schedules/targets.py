@@ -1,15 +1,18 @@
-"""Which URLs a tenant may call: its operator-managed allowlist of URL prefixes.
+"""Which URLs a tenant may call (its operator-managed allowlist of URL prefixes), and which
+headers a call to them may carry.
 
-Used when a schedule is created or edited (the API refuses a target off the list) and by the
-outbound HTTP layer (dispatch.safehttp) on every call, so both parse a URL the same way.
-Comparison is on parsed, normalised parts, never on raw strings, so `https://api.example.com`
-does not allow `https://api.example.com.evil.net/` or `https://api.example.com@evil.net/`.
+Used when a schedule is created or edited (the API refuses a target off the list, or a header
+the rule refuses) and by the outbound HTTP layer (dispatch.safehttp) on every call, so both parse
+a URL and judge a header the same way. URLs are compared on parsed, normalised parts, never on
+raw strings, so `https://api.example.com` does not allow `https://api.example.com.evil.net/` or
+`https://api.example.com@evil.net/`.
 """
 
 from __future__ import annotations
 
 import functools
 import ipaddress
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -157,3 +160,97 @@ def target_host(url: str) -> str:
     except TargetRefused:
         return ""
     return f"{_norm_host(parsed.raw_host or '')}:{parsed.port}"
+
+
+# --------------------------------------------------------------------------- headers
+
+MAX_HEADER_NAME = 100
+MAX_HEADER_VALUE = 2000
+MAX_TARGET_HEADERS = 50
+
+# RFC 9110 tchar: the only characters a field name may have.
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+# The connection's own headers (RFC 9110 7.6.1 and 7.8, RFC 9112 6 and 9.6), owned by the
+# transport: a Content-Length or Transfer-Encoding that disagrees with the body it frames is
+# request smuggling, Host would pick another virtual host on an allowed address, Connection,
+# Keep-Alive, TE, Trailer and Upgrade change what the connection does after this call, and
+# Expect asks for a 100-continue handshake the transport does not do. Exact names: `Hostname`
+# or `Upgrade-Insecure-Requests` are ordinary headers.
+CONNECTION_HEADERS = frozenset({
+    "connection", "content-length", "expect", "host", "http2-settings", "keep-alive",
+    "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+})
+# Proxy-Authorization and the rest of the family are for a proxy, and calls never use one.
+_PROXY_PREFIX = "proxy-"
+
+# What the scheduler sets on every call (runs.md "Calling the target"): a schedule may not
+# override them, or a target could no longer trust the run id, fencing token or signature.
+SCHEDULER_HEADERS = frozenset({"content-type", "idempotency-key"})
+SCHEDULER_PREFIX = "x-scheduler-"
+
+# Value characters that end or split a header line somewhere: C0 controls but HTAB, DEL, the
+# C1 controls (NEL, U+0085, is a line break to some parsers), Unicode's line and paragraph
+# separators, and lone surrogates (they have no UTF-8 encoding, so they cannot be sent at all).
+_BAD_VALUE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+def _value_problem(name: str, value: str) -> str | None:
+    if len(value) > MAX_HEADER_VALUE:
+        return f"the value of header {name!r} is over {MAX_HEADER_VALUE} characters"
+    # isprintable() is one C pass that is true for nearly every real value; only values with a
+    # tab, an unusual space or a control character are looked at one character at a time.
+    if not value.isprintable():
+        for ch in value:
+            if ch != "\t" and unicodedata.category(ch) in _BAD_VALUE_CATEGORIES:
+                return f"the value of header {name!r} contains the control character U+{ord(ch):04X}"
+    return None
+
+
+def header_problem(name: object, value: object, *, by_scheduler: bool = False) -> str | None:
+    """None when the header ``name: value`` may go out on a call to a target, else why not.
+
+    The one rule for target headers: the API applies it to a schedule's headers and the
+    outbound layer (dispatch.safehttp) to every header of every call, so a row stored before a
+    rule tightened is refused at call time rather than sent. The name must be an RFC 9110 token
+    of at most MAX_HEADER_NAME characters and not one of the connection's own headers
+    (CONNECTION_HEADERS, Proxy-*); the value a string of at most MAX_HEADER_VALUE characters with
+    no control character but HTAB. ``by_scheduler=False`` (a schedule's headers) also refuses the
+    names the scheduler sets itself (Content-Type, Idempotency-Key, X-Scheduler-*);
+    the outbound layer passes True because those headers are the scheduler's own."""
+    if not isinstance(name, str):
+        return f"header name {name!r} is not a string"
+    shown = name[:MAX_HEADER_NAME]
+    if not name or len(name) > MAX_HEADER_NAME or not _TCHAR.issuperset(name):
+        return f"header name {shown!r} is not an HTTP token of 1 to {MAX_HEADER_NAME} characters"
+    low = name.lower()
+    if low in CONNECTION_HEADERS or low.startswith(_PROXY_PREFIX):
+        return f"header {name!r} belongs to the connection and is set by the scheduler's HTTP client"
+    if not by_scheduler and (low in SCHEDULER_HEADERS or low.startswith(SCHEDULER_PREFIX)):
+        return f"header {name!r} is set by the scheduler and cannot be overridden"
+    if not isinstance(value, str):
+        return f"the value of header {name!r} is not a string"
+    return _value_problem(name, value)
+
+
+def target_header_problems(headers: object) -> list[str]:
+    """Every reason a schedule's ``target_headers`` cannot be sent (empty when they can): each
+    header by ``header_problem``, at most MAX_TARGET_HEADERS of them, no name given twice in
+    different cases (both would go out, and targets read repeated headers differently)."""
+    if headers is None:
+        return []
+    if not isinstance(headers, dict):
+        return ["headers must be an object of header names to string values"]
+    problems = []
+    if len(headers) > MAX_TARGET_HEADERS:
+        problems.append(f"at most {MAX_TARGET_HEADERS} headers")
+    seen: set[str] = set()
+    for name, value in headers.items():
+        problem = header_problem(name, value)
+        if problem is not None:
+            problems.append(problem)
+        elif name.lower() in seen:
+            problems.append(f"header {name!r} is given more than once (names are case-insensitive)")
+        else:
+            seen.add(name.lower())
+    return problems
