@@ -11,7 +11,8 @@ one future, with no per-call session, tracing, cookie or stream-reader objects.
 What stays with SafeClient (dispatch/safehttp.py): the URL allowlist, header rules, the address
 policy, result classification. What is here: resolution through the caller's resolver with only
 *checked* addresses kept and cached, connecting to exactly those addresses, the connection limit,
-the byte cap (the connection is dropped, never drained, once a body passes it), framing, and
+the byte budget of each answer (the body against the cap, everything else against
+MAX_HEAD_BYTES; the connection is dropped, never drained, once either is passed), framing, and
 closing connections that go stale or are told to close.
 """
 
@@ -66,7 +67,19 @@ async def open_connection(loop, factory, ip: str, port: int, *, ssl, server_host
     return await loop.create_connection(factory, ip, port, ssl=ssl, server_hostname=server_hostname)
 
 
-MAX_HEAD_BYTES = 65536  # status line and headers of one answer (aiohttp allowed 8 KiB per line)
+# Everything of an answer that is not its body: status line, headers, informational (1xx) answers,
+# chunk-size lines, chunk extensions and trailers. aiohttp allowed 8 KiB per line; a real answer's
+# head and framing are a few hundred bytes.
+MAX_HEAD_BYTES = 65536
+
+# A read costs about the same CPU whether it brings one byte or 64 KiB, so a peer sending one-byte
+# segments as fast as it can would make one call's byte budget cost tens of thousands of reads.
+# After SMALL_READS_FREE reads of under SMALL_READ bytes in one call, reading pauses for
+# SMALL_READ_PAUSE after each small read, letting the kernel gather what the peer sends into
+# fewer reads: at most ~100 reads a second for such a call. Real answers arrive in a few reads.
+SMALL_READ = 1024
+SMALL_READS_FREE = 32
+SMALL_READ_PAUSE = 0.01
 
 
 class Answer:
@@ -92,11 +105,13 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future | None = None
         self.closed = False
+        self.paused = False
         self.idle_since = 0.0
         self._reset()
 
     def _reset(self) -> None:
-        self.head_bytes = 0
+        self.fed = 0  # bytes of this call's answer given to the parser
+        self.small_reads = 0
         self.status = None
         self.headers_done = False
         self.informational = False
@@ -145,9 +160,19 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        """Every byte received for a call counts: body bytes against the cap (``on_body``), all
+        the others against MAX_HEAD_BYTES. The parser is never given more than both budgets
+        have left (plus one byte, to see one of them pass), so a peer that sends chunk
+        extensions, trailers or 1xx answers forever costs one bounded parse, and its stream is
+        cut off there. The parser keeps a header or trailer it has not seen the end of, growing
+        it by a copy per read: this bound is also what bounds that memory and copying."""
         if self.waiter is None:
             self.close()
             return
+        room = self.cap - self.got + MAX_HEAD_BYTES - (self.fed - self.got) + 1
+        if len(data) > room:
+            data = data[:room]
+        self.fed += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -156,12 +181,26 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(CallError("ClientResponseError", f"malformed answer: {exc}", sent=True))
             return
-        if not self.headers_done and self.waiter is not None:
-            # The parser keeps a header until it is whole: without a bound, a target that
-            # never ends its headers would fill memory until the call's time ran out.
-            self.head_bytes += len(data)
-            if self.head_bytes > MAX_HEAD_BYTES:
-                self._fail(CallError("ClientResponseError", f"answer headers over {MAX_HEAD_BYTES} bytes", sent=True))
+        if self.waiter is None:
+            return
+        if len(data) < SMALL_READ:
+            self.small_reads += 1
+            if self.small_reads > SMALL_READS_FREE and not self.paused:
+                self.paused = True
+                self.transport.pause_reading()
+                self.pool.loop.call_later(SMALL_READ_PAUSE, self._resume_reading)
+        if self.fed - self.got > MAX_HEAD_BYTES:
+            if not self.headers_done:
+                message = f"answer headers over {MAX_HEAD_BYTES} bytes (status line, headers and any 1xx answers)"
+            else:
+                message = (f"HTTP {self.status} answer over its byte budget: more than {MAX_HEAD_BYTES} bytes of "
+                           "headers, chunk framing and trailers besides the body")
+            self._fail(CallError("ResponseTooLarge", message, sent=True))
+
+    def _resume_reading(self) -> None:
+        self.paused = False
+        if not self.closed:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc) -> None:
         self.closed = True

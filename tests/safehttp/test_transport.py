@@ -10,98 +10,7 @@ import pytest
 
 from dispatch.safehttp import SafeClient
 
-LOCAL = ["127.0.0.0/8"]
-
-
-class RawServer:
-    """A TCP server whose handler writes whatever bytes a test wants; counts connections."""
-
-    def __init__(self, handler, ssl_context=None):
-        self.handler = handler
-        self.ssl_context = ssl_context
-        self.connections = 0
-        self.open = 0
-        self.max_open = 0
-
-    async def __aenter__(self):
-        async def on_connect(reader, writer):
-            self.connections += 1
-            self.open += 1
-            self.max_open = max(self.max_open, self.open)
-            try:
-                await self.handler(reader, writer)
-            except (ConnectionError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                self.open -= 1
-                writer.close()
-
-        self.server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=self.ssl_context)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc):
-        self.server.close()
-
-
-async def read_request(reader) -> tuple[bytes, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    body = await reader.readexactly(length) if length else b""
-    return head, body
-
-
-def serving(handler, *calls, client_kwargs=None, scheme="http", ssl_context=None):
-    """Run ``calls`` (each: client, base URL -> awaitable) against a RawServer; returns the
-    results and the server."""
-
-    async def main():
-        async with RawServer(handler, ssl_context) as server:
-            base = f"{scheme}://127.0.0.1:{server.port}"
-            async with SafeClient(allowed_networks=LOCAL, **(client_kwargs or {})) as client:
-                results = [await call(client, base) for call in calls]
-            return results, server
-
-    return asyncio.run(main())
-
-
-def post(client, base, *, method="POST", headers=None, timeout=2):
-    return client.request(method, base + "/run", headers=headers or {}, body=b"{}", timeout=timeout, allowed_prefixes=None)
-
-
-def answering_ok(delay=0.0):
-    """A keep-alive handler answering each request with 200 "ok", after ``delay`` seconds."""
-
-    async def handler(reader, writer):
-        while True:
-            await read_request(reader)
-            if delay:
-                await asyncio.sleep(delay)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            await writer.drain()
-
-    return handler
-
-
-keep_alive_ok = answering_ok()
-
-
-def answering_once(raw: bytes, *, hold: float = 0.0):
-    """A handler that reads one request, writes ``raw`` as is, and keeps the connection open for
-    ``hold`` seconds (so the client cannot take the end of the connection as the end of the
-    answer), then closes it."""
-
-    async def handler(reader, writer):
-        await read_request(reader)
-        writer.write(raw)
-        await writer.drain()
-        if hold:
-            await asyncio.sleep(hold)
-
-    return handler
+from .support import LOCAL, RawServer, answering_ok, answering_once, keep_alive_ok, post, read_request, serving
 
 
 def test_a_head_answer_ends_at_its_headers_whatever_its_content_length():
@@ -277,7 +186,7 @@ def test_headers_that_never_end_are_cut_off_at_the_head_limit():
             pass
 
     (result,), _ = serving(handler, post)
-    assert (result.status, result.error_class, result.retryable) == (None, "ClientResponseError", True)
+    assert (result.status, result.error_class, result.retryable) == (None, "ResponseTooLarge", True)
     assert "headers over" in result.error
 
 
