@@ -41,7 +41,8 @@ class ChaosTarget:
     """Records every delivery; sometimes stalls past the lease, answers 500, or drops the
     connection after acting."""
 
-    def __init__(self, seed: int, stall_rate=0.05, error_rate=0.08, drop_rate=0.05):
+    def __init__(self, seed: int, stall_rate=0.05, error_rate=0.08, drop_rate=0.05, latency=(0.0, 0.0),
+                 host="127.0.0.1"):
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.deliveries = []  # (run_id, generation, idempotency_key, acted, behaviour)
@@ -55,6 +56,10 @@ class ChaosTarget:
                 self.rfile.read(length)
                 with harness.lock:
                     roll = harness.rng.random()
+                    pause = harness.rng.uniform(*latency) if latency[1] else 0.0
+                if pause:
+                    # Calls that take a while are what is in flight when a fault strikes.
+                    time.sleep(pause)
                 if roll < error_rate:
                     behaviour, acted = "500", False
                 elif roll < error_rate + drop_rate:
@@ -98,8 +103,8 @@ class ChaosTarget:
                 # Killed workers and dropped connections reset sockets by design here.
                 pass
 
-        self.server = QuietServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = QuietServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
@@ -117,13 +122,15 @@ class Proc:
     prefix: list = field(default_factory=list)
     # Where its output goes (appended across restarts): the evidence when a loop dies or wedges.
     log_path: Path | None = None
+    # The whole command line when it is not a manage.py command (gunicorn).
+    argv: list | None = None
     starts: int = 0
 
     def start(self):
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.popen = subprocess.Popen(
-                [*self.prefix, sys.executable, "manage.py", *self.args], cwd=ROOT, env=self.env,
+                [*self.prefix, *(self.argv or [sys.executable, "manage.py", *self.args])], cwd=ROOT, env=self.env,
                 stdout=out, stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
             )
         finally:
