@@ -1,8 +1,9 @@
 """Occurrences, runs, attempts and the outbox: the durable side of scheduling (runs.md).
 
-State rules live in the database as check constraints; every transition is made by one function
-in `runs.services` (or the batched SQL in `runs.queue`) and writes its outbox event in the same
-transaction.
+State rules live in the database as check constraints. Every transition is decided once in
+`runs.decisions` and applied by one entry point (`runs.queue` for the loops' batches,
+`runs.services` for manual changes, `runs.schedule_changes` for schedule changes that touch runs)
+through the storage seam `runs.store`, and writes its outbox event in the same transaction.
 """
 
 import uuid
@@ -22,7 +23,8 @@ class RunState(models.TextChoices):
     SKIPPED = "skipped"
 
 
-TERMINAL_STATES = ("succeeded", "dead", "canceled", "skipped")
+# A terminal run changes only through an explicit manual retry (runs.md invariant 5).
+TERMINAL_STATES = tuple(s.value for s in (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELED, RunState.SKIPPED))
 
 
 class RunKind(models.TextChoices):
@@ -42,6 +44,22 @@ class Reason(models.TextChoices):
     CANCELED = "canceled"  # an explicit cancel by an operator, tenant or service
     ARCHIVED = "archived"
     BUFFERED = "buffered"  # overlap buffer_one: waiting for the earlier run to end
+
+
+class EventKind(models.TextChoices):
+    """The outbox event each transition writes (consumers and the invariant checker read these)."""
+
+    CREATED = "run.created"  # materialised ready (scanner, trigger, backfill)
+    SKIPPED = "run.skipped"  # made or turned skipped (misfire, overlap, DST)
+    CANCELED = "run.canceled"  # canceled (operator, pause, edit, archive), also made canceled
+    LEASED = "run.leased"  # claimed by a worker: generation + 1, attempt opened
+    SUCCEEDED = "run.succeeded"
+    RETRY_SCHEDULED = "run.retry_scheduled"  # a failed or unknown attempt, another one will follow
+    DEAD = "run.dead"  # into the dead-letter queue
+    LEASE_EXPIRED = "run.lease_expired"  # the reconciler recovered a lease: outcome unknown
+    RELEASED = "run.released"  # given back unstarted at worker shutdown
+    UNBUFFERED = "run.unbuffered"  # overlap buffer_one: the run it waited for ended
+    RETRIED = "run.retried"  # a manual retry of a dead or canceled run
 
 
 class Occurrence(models.Model):
@@ -98,7 +116,6 @@ class Run(models.Model):
     # host:port of the version's target, for per-target concurrency budgets at claim time.
     target_host = models.CharField(max_length=300, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
     first_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")

@@ -1,10 +1,13 @@
 """Manual run transitions: the one entry point for each, called by the API, the portal, the admin
-and the commands alike. Batched loop transitions are in `runs.queue`."""
+and the commands alike. Batched loop transitions are in `runs.queue`; schedule changes that touch
+runs in `runs.schedule_changes`."""
 
 from django.db import transaction
 
-from runs.models import Attempt, AttemptOutcome, Reason, Run, RunState
-from runs.queue import event, release_buffered, write_events
+from runs.decisions import event
+from runs.models import Attempt, AttemptOutcome, EventKind, Reason, Run, RunState
+from runs.queue import release_buffered, write_events
+from runs.store import store
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import Conflict
 from scheduler_project.notify import RUNS_CHANNEL, notify
@@ -36,11 +39,11 @@ def retry_run(run, *, by: Actor) -> Run:
     run.retried_by = by.name
     run.retried_at = now
     run.save(update_fields=["state", "reason", "next_eligible_at", "finished_at", "attempts_used", "retried_by",
-                            "retried_at", "updated_at"])
-    write_events([event(run.id, run.tenant_id, "run.retried", state="ready", by=by.name)], now)
+                            "retried_at"])
+    write_events([event(run.id, run.tenant_id, EventKind.RETRIED, state=RunState.READY, by=by.name)], now)
     notify(RUNS_CHANNEL)
     audit("run.retry", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
-          before={"state": before}, after={"state": "ready"})
+          before={"state": before}, after={"state": RunState.READY})
     return run
 
 
@@ -67,12 +70,11 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
     run.lease_owner = ""
     run.next_eligible_at = None
     run.finished_at = now
-    run.save(update_fields=["state", "reason", "lease_until", "lease_owner", "next_eligible_at", "finished_at",
-                            "updated_at"])
-    write_events([event(run.id, run.tenant_id, "run.canceled", state="canceled", reason=reason,
+    run.save(update_fields=["state", "reason", "lease_until", "lease_owner", "next_eligible_at", "finished_at"])
+    write_events([event(run.id, run.tenant_id, EventKind.CANCELED, state=RunState.CANCELED, reason=reason,
                         inFlight=before == RunState.LEASED, by=by.name)], now)
     audit("run.cancel", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
-          before={"state": before}, after={"state": "canceled", "reason": reason})
+          before={"state": before}, after={"state": RunState.CANCELED, "reason": reason})
     # A run buffered behind this one (overlap buffer_one) may start now.
     release_buffered({run.schedule_id}, now)
     return run
@@ -81,16 +83,4 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
 def cancel_unstarted(schedule_id, *, reason: str, versions_below: int | None = None) -> int:
     """Cancel a schedule's runs that have not started (ready, never attempted) in one statement,
     with their events: used by pause (reason paused), edit (superseded) and archive."""
-    now = db_now()
-    qs = Run.objects.filter(schedule_id=schedule_id, state=RunState.READY, generation=0)
-    if versions_below is not None:
-        qs = qs.filter(schedule_version__lt=versions_below)
-    rows = list(qs.select_for_update().values_list("id", "tenant_id"))
-    if not rows:
-        return 0
-    Run.objects.filter(id__in=[r[0] for r in rows]).update(
-        state=RunState.CANCELED, reason=reason, next_eligible_at=None, finished_at=now
-    )
-    write_events([event(rid, tid, "run.canceled", state="canceled", reason=reason) for rid, tid in rows], now)
-    return len(rows)
-
+    return store().cancel_unstarted(schedule_id, now=db_now(), reason=reason, versions_below=versions_below)

@@ -1,6 +1,7 @@
-"""Creating and changing schedules: the one place that validates a schedule's meaning and writes
-its rows. Changes that also touch runs (pause, edit, archive) are in `runs.schedule_actions`,
-which calls these.
+"""The schedule-row helpers every schedule change uses: validating a schedule's meaning, writing
+an immutable version, the audit log. The changes themselves (create, edit, pause, resume,
+archive, trigger, backfill) are in `runs.schedule_changes`, which says which module owns what;
+this module knows nothing of runs.
 """
 
 import json
@@ -10,12 +11,10 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
 
 from scheduler_project.errors import PayloadTooLarge, ValidationFailed
-from scheduler_project.notify import SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
-from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
+from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant
 from schedules.targets import target_header_problems, url_allowed
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
@@ -145,7 +144,7 @@ def first_run_at(rule, fields: dict, *, after: datetime):
     return occ.at
 
 
-def _new_version(schedule: Schedule, number: int, fields: dict, by: Actor, changes: dict) -> ScheduleVersion:
+def new_version(schedule: Schedule, number: int, fields: dict, by: Actor, changes: dict) -> ScheduleVersion:
     return ScheduleVersion.objects.create(
         schedule=schedule, version=number, created_by=by.name, changes=changes, **fields
     )
@@ -172,31 +171,6 @@ def jsonable(fields: dict) -> dict:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
 
 
-@transaction.atomic
-def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime) -> Schedule:
-    """Validate and store a new schedule at version 1 with its first due instant."""
-    fields = {**VERSIONED_DEFAULTS, **given}
-    rule = validate_fields(tenant, fields, now=now)
-    next_at = first_run_at(rule, fields, after=now)
-    if next_at is None and rule.kind != "at":
-        raise ValidationFailed({"expression": ["this rule never fires within startAt/endAt"]})
-    schedule = Schedule(tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now))
-    schedule.shard = shard_bucket(schedule.id)
-    if next_at is None:
-        # A one-time at() in the past: nothing will ever fire; say so instead of storing a dead rule.
-        raise ValidationFailed({"expression": ["this at() time is already past"]})
-    # Created paused: nothing is due until it is resumed, which computes from that moment.
-    schedule.next_run_at = next_at if enabled else None
-    schedule.paused_at = None if enabled else now
-    schedule.save()
-    version = _new_version(schedule, 1, fields, by, changes={})
-    schedule.current = version
-    schedule.save(update_fields=["current"])
-    audit("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant, after=jsonable(fields))
-    notify(SCHEDULES_CHANNEL)
-    return schedule
-
-
 def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: datetime) -> ScheduleVersion:
     """Append version N+1 with `changed` applied to the current fields; the caller holds the
     schedule row lock and has checked expectedVersion."""
@@ -204,7 +178,7 @@ def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: date
     fields = {**before, **changed}
     rule = validate_fields(schedule.tenant, fields, now=now)
     diff = {k: [jsonable({k: before[k]})[k], jsonable({k: fields[k]})[k]] for k in changed if before[k] != fields[k]}
-    version = _new_version(schedule, schedule.version + 1, fields, by, changes=diff)
+    version = new_version(schedule, schedule.version + 1, fields, by, changes=diff)
     schedule.version = version.version
     schedule.current = version
     schedule.name = fields["name"]

@@ -7,7 +7,8 @@ from django.db import connection
 from runs.models import Run
 from scheduler_project.dbclock import db_now
 from schedules.models import Schedule
-from schedules.services import Actor, create_schedule
+from runs.schedule_changes import create_schedule
+from schedules.services import Actor
 
 ACTOR = Actor("user:tests")
 

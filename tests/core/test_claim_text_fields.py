@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from runs import queue
+from runs import decisions, queue
 from runs.models import Run
 from tests.helpers import make_due, make_schedule, utc
 
@@ -23,5 +23,5 @@ def test_claimed_text_fields_match_the_python_formatting(tenant, target, at):
     Run.objects.filter(schedule=schedule).update(scheduled_time=at, next_eligible_at=at - timedelta(days=400))
     (c,) = queue.claim("w-text", 10)
     assert c.scheduled_time == at
-    assert c.scheduled_iso == queue._iso(at)
+    assert c.scheduled_iso == decisions.iso(at)
     assert c.run_key == str(c.run_id) and c.schedule_key == str(c.schedule_id)

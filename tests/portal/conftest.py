@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from runs.models import Attempt, AttemptOutcome, Run, RunState
-from runs.schedule_actions import trigger_schedule
+from runs.schedule_changes import trigger_schedule
 from scheduler_project.dbclock import db_now
 from schedules.models import TenantMembership
 from tests.helpers import ACTOR, make_schedule

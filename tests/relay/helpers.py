@@ -1,7 +1,6 @@
 from datetime import timedelta
 
 from runs.models import OutboxEvent
-from runs.queue import event
 from scheduler_project.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
@@ -23,7 +22,9 @@ def events_for(tenant, target, n=3):
 
 
 def loose_events(tenant, n):
-    return OutboxEvent.objects.bulk_create([event(None, tenant.id, "run.test", n=i).model() for i in range(n)])
+    return OutboxEvent.objects.bulk_create(
+        [OutboxEvent(run_id=None, tenant_id=tenant.id, kind="run.test", payload={"n": i}) for i in range(n)]
+    )
 
 
 def make_due_for_retry(qs):

@@ -50,9 +50,9 @@ def test_run_once_after_the_outage_still_runs_an_occurrence_that_is_on_time(tena
 
 
 def test_a_long_outage_worked_off_over_several_passes_keeps_one_run_under_run_once(tenant, target, monkeypatch):
-    from runs import queue
+    from runs import decisions
 
-    monkeypatch.setattr(queue, "MAX_OCCURRENCES_PER_PASS", 4)
+    monkeypatch.setattr(decisions, "MAX_OCCURRENCES_PER_PASS", 4)
     schedule = every_15_minutes_after_outage(tenant, target.url + "/r")
     passes = 0
     while materialise_due(batch=500).schedules:

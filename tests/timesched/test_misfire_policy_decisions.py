@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from runs import queue
+from runs import decisions, queue
 from tests.helpers import utc
 from tests.timesched.support import unsaved
 
@@ -70,7 +70,7 @@ def test_a_longer_grace_makes_a_late_occurrence_on_time():
 def test_an_outage_worked_off_over_several_passes_keeps_the_latest_of_the_whole_outage(monkeypatch, policy, limit, runs):
     # A pass makes at most MAX_OCCURRENCES_PER_PASS occurrences; what the early, cut-short passes
     # keep must still be the latest of the whole outage, not of each chunk.
-    monkeypatch.setattr(queue, "MAX_OCCURRENCES_PER_PASS", 5)
+    monkeypatch.setattr(decisions, "MAX_OCCURRENCES_PER_PASS", 5)
     schedule, version = outage(policy, catchup_limit=limit)
     seen = []
     for _ in range(10):

@@ -100,13 +100,13 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.action(description="Pause selected schedules")
     def pause(self, request, queryset):
-        from runs.schedule_actions import pause_schedule
+        from runs.schedule_changes import pause_schedule
 
         self._each(request, queryset.filter(enabled=True), pause_schedule, "paused")
 
     @admin.action(description="Resume selected schedules")
     def resume(self, request, queryset):
-        from runs.schedule_actions import resume_schedule
+        from runs.schedule_changes import resume_schedule
 
         self._each(request, queryset.filter(enabled=False), resume_schedule, "resumed")
 

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import schedule_actions
+from runs import schedule_changes
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.web.clientaddr import client_address
 from scheduler_project.dbclock import db_now
@@ -43,7 +43,7 @@ from scheduler_project.web.api.schedule_serializers import (
     schedule_json,
     to_fields,
 )
-from schedules.services import Actor, create_schedule, rule_for
+from schedules.services import Actor, rule_for
 from schedules.tenants import create_api_key, revoke_api_key
 
 # --- shared by every API view (runs.api imports these) ---------------------------------------
@@ -217,7 +217,7 @@ class ScheduleListView(APIView):
         def create():
             body = ScheduleIn(data=request.data)
             body.is_valid(raise_exception=True)
-            schedule = create_schedule(
+            schedule = schedule_changes.create_schedule(
                 request.user.tenant,
                 to_fields(body.validated_data),
                 by=actor(request),
@@ -248,7 +248,7 @@ class ScheduleDetailView(APIView):
         body = SchedulePatchIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        schedule = schedule_actions.edit_schedule(
+        schedule = schedule_changes.edit_schedule(
             schedule,
             expected_version=data["expectedVersion"],
             changes=to_fields(data),
@@ -265,7 +265,7 @@ class ScheduleDetailView(APIView):
         responses={204: None, **error_responses(404)},
     )
     def delete(self, request, pk):
-        schedule_actions.archive_schedule(tenant_schedule(request, pk), by=actor(request))
+        schedule_changes.archive_schedule(tenant_schedule(request, pk), by=actor(request))
         return Response(status=204)
 
 
@@ -282,7 +282,7 @@ class ScheduleTriggerView(APIView):
         require_empty_body(request)
 
         def trigger():
-            run = schedule_actions.trigger_schedule(schedule, by=actor(request))
+            run = schedule_changes.trigger_schedule(schedule, by=actor(request))
             return Response(RunOut(run).data, status=201)
 
         return idempotent(request, f"schedules.trigger:{schedule.id}", trigger)
@@ -299,7 +299,7 @@ class ScheduleBackfillView(APIView):
         schedule = tenant_schedule(request, pk)
         body = BackfillIn(data=request.data)
         body.is_valid(raise_exception=True)
-        made = schedule_actions.backfill_schedule(
+        made = schedule_changes.backfill_schedule(
             schedule, start=body.validated_data["from"], end=body.validated_data["to"], by=actor(request)
         )
         return Response({"runs": made}, status=202)

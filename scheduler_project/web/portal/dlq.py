@@ -56,7 +56,7 @@ def _groups(qs):
     return list(
         qs.annotate(error_key=Left("last_error", ERROR_KEY_LEN))
         .values("schedule_id", "schedule__name", "tenant__slug", "error_key")
-        .annotate(n=Count("id"), latest=Max("updated_at"))
+        .annotate(n=Count("id"), latest=Max("finished_at"))
         .order_by("-n", "schedule__name")[:GROUP_LIMIT]
     )
 

@@ -1,5 +1,5 @@
 """Schedule pages: list, detail (versions, next occurrences, recent runs) and the actions pause,
-resume, trigger now and backfill, each calling `runs.schedule_actions`."""
+resume, trigger now and backfill, each calling `runs.schedule_changes`."""
 
 from datetime import timedelta
 
@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from runs import schedule_actions
+from runs import schedule_changes
 from runs.models import Run
 from scheduler_project.web.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenants
 from scheduler_project.dbclock import db_now
@@ -101,12 +101,12 @@ def _action(service, success):
     return view
 
 
-schedule_pause = _action(schedule_actions.pause_schedule,
+schedule_pause = _action(schedule_changes.pause_schedule,
                          lambda s: "Paused. Runs that had not started were canceled; nothing new will be made.")
-schedule_resume = _action(schedule_actions.resume_schedule,
+schedule_resume = _action(schedule_changes.resume_schedule,
                           lambda s: "Resumed. The paused interval is not replayed (use a backfill for that).")
 schedule_trigger = _action(
-    schedule_actions.trigger_schedule,
+    schedule_changes.trigger_schedule,
     lambda run: format_html('Triggered: run <a href="{}">{}</a> is ready now.', reverse("runs-detail", args=[run.id]), run.id),
 )
 
@@ -128,13 +128,13 @@ def schedule_backfill(request, pk):
         return render_view(request, "schedules/backfill.html", ctx, partial="plan", status=400)
     if request.POST.get("confirm") != "yes":
         try:
-            todo, total = schedule_actions.plan_backfill(schedule, start, end)
+            todo, total = schedule_changes.plan_backfill(schedule, start, end)
         except ServiceError as e:
             messages.error(request, e.message)
             return render_view(request, "schedules/backfill.html", ctx, partial="plan", status=400)
         ctx["plan"] = {"create": len(todo), "total": total, "existing": total - len(todo), "sample": todo[:10]}
         return render_view(request, "schedules/backfill.html", ctx, partial="plan")
-    ok, made = call_service(request, schedule_actions.backfill_schedule, schedule, start=start, end=end,
+    ok, made = call_service(request, schedule_changes.backfill_schedule, schedule, start=start, end=end,
                             by=actor_for(request))
     if ok:
         messages.success(request, f"Backfill made {made} run(s), ready now.")

@@ -1,21 +1,69 @@
-"""Schedule changes that also touch runs: edit, pause, resume, archive, trigger now, backfill.
-Each is the one entry point for its change; all take the schedule row lock first, the same lock
-the scanner takes, so none of them races a scan of the same schedule."""
+"""Every change to a schedule's life: create, edit, pause, resume, archive, trigger now, backfill.
+
+Which module owns which change:
+- here, `runs.schedule_changes`: everything that changes a schedule or makes runs for it on
+  request. Each is the one entry point for its change (the API, the portal, the admin and the
+  commands call these); each takes the schedule row lock first, the lock the scanner takes, so
+  none races a scan of the same schedule; and one that ends a version's run of occurrences also
+  cancels or records that version's runs.
+- `schedules.services`: the schedule-row helpers these use (validating fields, writing a new
+  version, the audit log), which know nothing of runs; `schedules.tenants`: tenants, their target
+  allowlists, webhooks and API keys.
+- `runs.services`: manual run transitions (retry, cancel); `runs.queue`: the loops' batches.
+"""
 
 from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
 
+from runs.decisions import MAX_OCCURRENCES_PER_PASS, build_run, manual_occurrence
 from runs.models import Reason, Run, RunKind, RunState
-from runs.queue import MAX_OCCURRENCES_PER_PASS, ONE_US, build_run, insert_runs
+from runs.queue import insert_runs
 from runs.services import cancel_unstarted
+from runs.store import store
 from scheduler_project.dbclock import db_now
-from scheduler_project.notify import SCHEDULES_CHANNEL, notify
 from scheduler_project.errors import Conflict, StaleVersion, ValidationFailed
-from schedules import timeexpr
-from schedules.models import Schedule, ScheduleStatus
-from schedules.services import Actor, audit, first_run_at, rule_for, version_fields, write_new_version
+from scheduler_project.notify import SCHEDULES_CHANNEL, notify
+from schedules.models import Schedule, ScheduleStatus, Tenant, shard_bucket
+from schedules.occurrences import ONE_US, walk
+from schedules.services import (
+    VERSIONED_DEFAULTS,
+    Actor,
+    anchor_for,
+    audit,
+    first_run_at,
+    jsonable,
+    new_version,
+    rule_for,
+    validate_fields,
+    version_fields,
+    write_new_version,
+)
+
+
+@transaction.atomic
+def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime) -> Schedule:
+    """Validate and store a new schedule at version 1 with its first due instant."""
+    fields = {**VERSIONED_DEFAULTS, **given}
+    rule = validate_fields(tenant, fields, now=now)
+    next_at = first_run_at(rule, fields, after=now)
+    if next_at is None:
+        if rule.kind == "at":
+            # A one-time at() in the past: nothing will ever fire; say so instead of storing a dead rule.
+            raise ValidationFailed({"expression": ["this at() time is already past"]})
+        raise ValidationFailed({"expression": ["this rule never fires within startAt/endAt"]})
+    schedule = Schedule(tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now))
+    schedule.shard = shard_bucket(schedule.id)
+    # Created paused: nothing is due until it is resumed, which computes from that moment.
+    schedule.next_run_at = next_at if enabled else None
+    schedule.paused_at = None if enabled else now
+    schedule.save()
+    schedule.current = new_version(schedule, 1, fields, by, changes={})
+    schedule.save(update_fields=["current"])
+    audit("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant, after=jsonable(fields))
+    notify(SCHEDULES_CHANNEL)
+    return schedule
 
 
 def _locked(schedule) -> Schedule:
@@ -41,9 +89,8 @@ def _record_unmaterialised(schedule: Schedule, *, now: datetime, reason: str) ->
     version = schedule.current
     rule = rule_for(version, schedule.anchor_at)
     triples = []
-    for occ in rule.iter_after(schedule.next_run_at - ONE_US):
-        if occ.at > now or (version.end_at and occ.at >= version.end_at) or len(triples) >= MAX_OCCURRENCES_PER_PASS:
-            break
+    span = walk(rule, version, after=schedule.next_run_at - ONE_US, until=now, limit=MAX_OCCURRENCES_PER_PASS)
+    for occ in span.occurrences:
         state, why = (RunState.SKIPPED, Reason.DST) if occ.dropped else (RunState.CANCELED, reason)
         triples.append(build_run(schedule, version, occ, state=state, reason=why, eligible_at=None,
                                  kind=RunKind.SCHEDULED, now=now))
@@ -143,10 +190,8 @@ def trigger_schedule(schedule, *, by: Actor) -> Run:
     _require_live(schedule)
     now = db_now()
     version = schedule.current
-    zone = timeexpr.validate_time_zone(version.time_zone)
-    local = now.astimezone(zone)
-    occ = timeexpr.Occurrence(at=now, local=local, wall=local.replace(tzinfo=None).isoformat(timespec="seconds"), note="manual trigger")
-    triple = build_run(schedule, version, occ, state=RunState.READY, reason="", eligible_at=now, kind=RunKind.MANUAL, now=now)
+    triple = build_run(schedule, version, manual_occurrence(version, now), state=RunState.READY, reason="",
+                       eligible_at=now, kind=RunKind.MANUAL, now=now)
     made = insert_runs([triple])
     if not made:
         raise Conflict("a run for this instant already exists; try again")
@@ -172,20 +217,13 @@ def plan_backfill(schedule: Schedule, start: datetime, end: datetime) -> tuple[l
     if end <= start:
         return [], 0
     rule = rule_for(version, schedule.anchor_at)
-    occs = []
-    for o in rule.iter_after(start - ONE_US):
-        if o.at >= end or len(occs) > limit:
-            break
-        if not o.dropped:
-            occs.append(o)
+    span = walk(rule, version, after=start - ONE_US, until=end, inclusive=False, limit=limit + 1, count_dropped=False)
+    occs = [o for o in span.occurrences if not o.dropped]
     if len(occs) > limit:
         raise ValidationFailed(
             {"to": [f"this range has more than {limit} occurrences (SCHEDULER_MAX_BACKFILL); backfill a shorter range"]}
         )
-    existing = set(
-        Run.objects.filter(schedule_id=schedule.id, scheduled_time__gte=start, scheduled_time__lt=end)
-        .values_list("scheduled_time", flat=True)
-    )
+    existing = store().existing_instants(schedule.id, start, end)
     return [o for o in occs if o.at not in existing], len(occs)
 
 

@@ -1,0 +1,32 @@
+"""The storage seam of the run queue: the statements that apply what `runs.decisions` decided.
+
+One class per engine with the same methods and the same return shapes:
+
+- `runs.store.portable.PortableStore`: every statement through the ORM. It is the whole store on
+  the embedded SQLite database (the quickstart), and the part of PostgreSQL's store that is not
+  on the dispatch hot path (manual transitions, the reconciler, releases).
+- `runs.store.postgres.PostgresStore`: the same class with the hot statements (materialise, claim,
+  heartbeat, complete, events) each rewritten as one round trip.
+
+Which one applies is chosen once, from the configured database engine, the first time `store()`
+is called; the contract suite (tests/contract/) runs the same tests against both.
+
+Every statement runs in the caller's transaction; the caller (`runs.queue`, `runs.services`,
+`runs.schedule_changes`) opens it and decides what to write.
+"""
+
+from functools import cache
+
+from django.db import connections
+
+
+@cache
+def store():
+    """The store for the default database's engine."""
+    if connections["default"].vendor == "postgresql":
+        from runs.store.postgres import PostgresStore
+
+        return PostgresStore()
+    from runs.store.portable import PortableStore
+
+    return PortableStore()

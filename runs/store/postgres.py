@@ -1,0 +1,420 @@
+"""The run queue's hot statements on PostgreSQL: one round trip per batch step. See `runs.store`.
+
+`PostgresStore` is `PortableStore` with the dispatch hot path (materialise, claim, heartbeat,
+complete, events) rewritten: a batch goes in as one array literal or one JSON document (a single
+string join or C-encoded dump, not a Python adapter call per element), and each step is a single
+statement. Why each statement has its shape is said beside it; the measurements are in
+bench/README.md and docs/scaling.md.
+
+State names, event kinds and policy names come from the enums in `runs.models` and
+`schedules.models` (formatted into the statements below), never spelled out as literals here.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from datetime import datetime
+
+import psycopg
+from django.db import connection
+
+from runs.decisions import Claimed, Decided, completion_kind
+from runs.models import TERMINAL_STATES, EventKind, RunState
+from runs.store.portable import PortableStore
+
+READY, LEASED = RunState.READY.value, RunState.LEASED.value
+TERMINAL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
+
+
+@contextmanager
+def _cursor():
+    """A server-side-binding cursor on Django's connection (same transaction): the query and its
+    array parameters travel separately, so Python does not compose a literal query text per batch.
+    Statements are never prepared (`prepare=False` at each execute): a plan cached while a queue
+    table was nearly empty is the trap described in shared/notes/performance.md."""
+    connection.ensure_connection()
+    cur = psycopg.Cursor(connection.connection)
+    try:
+        yield _Unprepared(cur)
+    finally:
+        cur.close()
+
+
+class _Unprepared:
+    def __init__(self, cur):
+        self.cur = cur
+
+    def execute(self, query, params=None):
+        return self.cur.execute(query, params, prepare=False)
+
+    def fetchall(self):
+        return self.cur.fetchall()
+
+
+def _due_tenants(now: str) -> str:
+    """Tenants with due runs as of `now`: a skip scan over run_ready_tenant_idx, one index probe
+    per tenant with due runs, however many runs each has."""
+    return f"""RECURSIVE t(tenant_id) AS (
+    (SELECT tenant_id FROM runs_run WHERE state = '{READY}' AND next_eligible_at <= {now}
+     ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.tenant_id FROM runs_run r
+            WHERE r.state = '{READY}' AND r.next_eligible_at <= {now} AND r.tenant_id > t.tenant_id
+            ORDER BY r.tenant_id LIMIT 1)
+    FROM t WHERE t.tenant_id IS NOT NULL
+)"""
+
+
+def _tenant_due_runs(tenant: str, now: str, limit: str) -> str:
+    """Up to `limit` of one tenant's oldest due runs, locked; rows another worker holds are
+    skipped, not waited for. Written so that only run_ready_tenant_idx gives this order: with
+    `tenant_id = x ... ORDER BY next_eligible_at` the planner walked run_ready_idx and filtered by
+    tenant, reading every entry of runs already claimed (they stay in that index until vacuum).
+    A range instead of an equality keeps tenant_id in the sort order."""
+    return f"""
+    SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
+    WHERE r.state = '{READY}' AND r.tenant_id >= {tenant} AND r.tenant_id <= {tenant}
+      AND r.next_eligible_at <= {now}
+    ORDER BY r.tenant_id, r.next_eligible_at
+    LIMIT {limit}
+    FOR UPDATE OF r SKIP LOCKED"""
+
+
+# The claim with caps in play, step 1: which tenants have due runs.
+DUE_TENANTS_SQL = ("WITH " + _due_tenants("%(now)s")
+                   + "\nSELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s")
+
+# Step 2: up to per_tenant due runs of each of these tenants, locked, in the given tenant order.
+CANDIDATES_SQL = """
+SELECT c.id, c.tenant_id, c.target_host
+FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
+CROSS JOIN LATERAL (""" + _tenant_due_runs("t.tenant_id", "%(now)s", "%(per_tenant)s") + """
+) c
+ORDER BY t.pos
+"""
+
+
+# The scheduled time as text in exactly the form runs.decisions.iso writes (UTC, "Z",
+# microseconds only when there are some): it goes into a header as is, and text parses in C where
+# a timestamptz goes through Django's Python-level time-zone loader.
+_SCHEDULED_ISO = """CASE WHEN date_part('microseconds', l.scheduled_time)::bigint % 1000000 = 0
+       THEN to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+       ELSE to_char(l.scheduled_time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') END"""
+
+
+def _published_at(tenant: str, now: str) -> str:
+    """An event's published_at as it is written: already published when its tenant has no webhook
+    (there is nobody to deliver it to, and the relay would only mark it: a second write of the row
+    and of its index entries), otherwise left for the relay. One primary-key probe of the (small)
+    tenants table per event. PortableStore.insert_events makes the same choice."""
+    return f"(SELECT CASE WHEN tn.notification_url = '' THEN {now} END FROM schedules_tenant tn WHERE tn.id = {tenant})"
+
+
+def _lease(now: str, until: str) -> str:
+    """The SET list of a claim: the one spelling of ready -> leased on PostgreSQL."""
+    return f"""state = '{LEASED}', generation = r.generation + 1, attempts_used = r.attempts_used + 1,
+        lease_until = {until}, lease_owner = %(worker)s, reason = '', next_eligible_at = NULL,
+        first_started_at = COALESCE(r.first_started_at, {now})"""
+
+
+_LEASED_RETURNING = """RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
+              r.schedule_version, r.scheduled_time, r.version_id"""
+
+
+def _claim_tail(now: str) -> str:
+    """After a `leased` CTE: open the attempts, write the events and return each claimed run with
+    its version's call and retry policy."""
+    return f"""), opened AS (
+    INSERT INTO runs_attempt (run_id, generation, worker_id, started_at, error_class, error,
+                              response_excerpt, remote_address, canceled_in_flight)
+    SELECT id, generation, %(worker)s, {now}, '', '', '', '', false FROM leased
+    RETURNING id, run_id
+), events AS (
+    INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at,
+                                  publish_attempts, last_error, published_at)
+    SELECT gen_random_uuid(), tenant_id, id, '{EventKind.LEASED.value}',
+           jsonb_build_object('runId', id::text, 'generation', generation, 'workerId', %(worker)s::text,
+                              'state', '{LEASED}'),
+           {now}, 0, '', {_published_at("tenant_id", now)}
+    FROM leased
+)
+SELECT l.id, l.generation, o.id, l.attempts_used, l.max_attempts, l.tenant_id, l.schedule_id,
+       l.schedule_version, {_SCHEDULED_ISO.replace("%", "%%")}, l.version_id,
+       v.target_url, v.target_method, v.target_headers::text, v.target_timeout_seconds, v.payload::text,
+       v.backoff_base_seconds, v.backoff_max_seconds, v.overlap_policy,
+       l.id::text, l.schedule_id::text
+FROM leased l JOIN opened o ON o.run_id = l.id
+-- One primary-key probe per claimed run. OFFSET 0 keeps the planner from turning this into a
+-- hash join over the whole versions table (it did, with stale statistics, growing with every
+-- schedule ever made).
+CROSS JOIN LATERAL (SELECT * FROM schedules_scheduleversion sv WHERE sv.id = l.version_id OFFSET 0) v
+"""
+
+
+# Claim: lease the picked runs, open their attempts and write their events, in one statement.
+CLAIM_SQL = f"""
+WITH leased AS (
+    UPDATE runs_run r SET {_lease("%(now)s", "%(until)s")}
+    WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state = '{READY}'
+    {_LEASED_RETURNING}
+{_claim_tail("%(now)s")}"""
+
+# Claim without caps in play, in one statement: find the tenants with due runs (a skip scan over
+# run_ready_tenant_idx, one probe per tenant), rotate them by %(shift)s, lock up to twice a fair
+# share of each tenant's oldest due runs (SKIP LOCKED), take them round-robin across tenants up to
+# %(limit)s, and lease them as CLAIM_SQL does: the choice runs.decisions.rotate/fair_share/pick
+# make for the portable store. One round trip instead of four means the rows are locked for one
+# statement and a commit, so concurrent workers skip fewer of each other's rows.
+CLAIM_DUE_SQL = "WITH " + _due_tenants("statement_timestamp()") + f""", due AS (
+    SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) AS n, count(*) OVER () AS total
+    FROM (SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT 10000) d
+), served AS (
+    SELECT tenant_id, (n + %(shift)s) %% total AS pos FROM due ORDER BY pos LIMIT %(limit)s
+), share AS (
+    SELECT 2 * ceil(%(limit)s::numeric / GREATEST(count(*), 1))::int AS per_tenant FROM served
+), cand AS (
+    SELECT c.id, c.next_eligible_at, s.pos
+    FROM served s CROSS JOIN share CROSS JOIN LATERAL ({_tenant_due_runs(
+    "s.tenant_id", "statement_timestamp()", "share.per_tenant")}
+    ) c
+), picked AS (
+    SELECT id FROM (
+        SELECT id, pos, row_number() OVER (PARTITION BY pos ORDER BY next_eligible_at, id) AS turn FROM cand
+    ) k
+    ORDER BY turn, pos
+    LIMIT %(limit)s
+), leased AS (
+    UPDATE runs_run r SET {_lease("statement_timestamp()",
+                                  "statement_timestamp() + make_interval(secs => %(lease)s)")}
+    -- Primary-key probes for the picked ids: written as a join, the planner hashed the picked
+    -- rows and scanned the whole runs table (every run ever kept) to find them.
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state = '{READY}'
+    {_LEASED_RETURNING}
+{_claim_tail("statement_timestamp()")}"""
+
+
+def _claimed(cur) -> list[Claimed]:
+    """Claimed runs with their version's call (url, method, headers JSON, timeout, payload JSON),
+    retry and overlap policy, and their ids and scheduled time as text."""
+    out = []
+    for r in cur.fetchall():
+        iso = r[8]
+        out.append(Claimed(*r[:8], datetime.fromisoformat(iso), r[9], r[10:15], r[15:18], r[18], r[19], iso))
+    return out
+
+
+def _uuid_array(ids) -> str:
+    # One array literal (uuids need no quoting): one string join instead of a Python dumper call
+    # per element.
+    return "{" + ",".join(map(str, ids)) + "}"
+
+
+# Heartbeat: extend the leases this worker still holds at these generations, in one statement;
+# the rows returned are the ones it still owns (the fence is the UPDATE's own WHERE).
+EXTEND_LEASES_SQL = f"""
+UPDATE runs_run r SET lease_until = statement_timestamp() + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::uuid[], %(gens)s::int[]) AS k(id, generation)
+WHERE r.id = k.id AND r.generation = k.generation AND r.state = '{LEASED}' AND r.lease_owner = %(worker)s
+RETURNING r.id, r.generation
+"""
+
+
+# ISO 8601 in UTC with microseconds, as the outbox payloads written from Python carry them.
+_ISO = """to_char(({}) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+
+# Complete: apply each decided result where its generation still holds the lease, finish those
+# attempts and write their events, in one statement. The fence is the UPDATE's own WHERE
+# (generation and state re-checked on the row it locks), so no separate locking read is needed;
+# its RETURNING carries the result on to the attempt and the event, so each later step is a
+# primary-key probe per applied run. The input is one JSON document: encoding it is a single C
+# call, where array parameters cost Python work per element. The evidence (`e`), the event kind
+# (`k`) and the run's last error (`le`) come decided from Python (runs.decisions); only times are
+# the database's.
+COMPLETE_SQL = f"""
+WITH v AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS v(
+        r uuid, g int, a bigint, s text, d float8, k text, le text, x text, p text, e jsonb)
+), applied AS (
+    UPDATE runs_run r SET
+        state = v.s,
+        next_eligible_at = CASE WHEN v.s = '{READY}' THEN statement_timestamp() + make_interval(secs => v.d) END,
+        lease_until = NULL, lease_owner = '',
+        last_error = v.le,
+        finished_at = CASE WHEN v.s IN ({TERMINAL}) THEN statement_timestamp() END
+    FROM v
+    WHERE r.id = v.r AND r.generation = v.g AND r.state = '{LEASED}'
+    RETURNING r.id, r.generation, r.tenant_id, r.next_eligible_at, v.*
+), attempts AS (
+    UPDATE runs_attempt a SET
+        outcome = v.e->>'outcome', finished_at = statement_timestamp(), http_status = (v.e->>'httpStatus')::int,
+        error_class = left(coalesce(v.e->>'errorClass', ''), 100), error = left(coalesce(v.e->>'error', ''), 2000),
+        response_excerpt = v.x, latency_ms = (v.e->>'latencyMs')::int, remote_address = v.p
+    FROM applied v
+    WHERE a.id = v.a
+), events AS (
+    INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
+                                  published_at)
+    SELECT gen_random_uuid(), v.tenant_id, v.id, v.k,
+           jsonb_build_object('runId', v.id::text, 'generation', v.g, 'state', v.s,
+                              'nextEligibleAt', {_ISO.format("v.next_eligible_at")}) || v.e,
+           statement_timestamp(), 0, '', {_published_at("v.tenant_id", "statement_timestamp()")}
+    FROM applied v
+)
+SELECT id::text, generation, CASE WHEN row_number() OVER () = 1 THEN statement_timestamp() END FROM applied
+"""
+
+# Results whose generation lost its lease (rare): kept on their attempts as late evidence.
+KEEP_LATE_SQL = f"""
+UPDATE runs_attempt a SET late_result = v.e || jsonb_build_object('receivedAt', {_ISO.format("statement_timestamp()")})
+FROM json_to_recordset(%(rows)s::json) AS v(a bigint, e jsonb)
+WHERE a.id = v.a
+"""
+
+
+# Materialise: occurrences, then the runs and events of those that were new, in one statement.
+# An occurrence that already exists (a backfill's, or a crashed pass's that committed) is left
+# alone by ON CONFLICT, so its run is not made twice: the unique constraint decides. (The ORM's
+# bulk_create of occurrences and runs plus a read-back of which were new was over half of a
+# scanner pass's time.)
+INSERT_RUNS_SQL = """
+WITH v AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS v(
+        o uuid, r uuid, s uuid, t uuid, sv int, vid bigint, at timestamptz, wall text, lt text, tz text,
+        tzv text, note text, kind text, state text, reason text, ma int, host text, el timestamptz,
+        fin timestamptz, ek text, ep jsonb)
+), occ AS (
+    INSERT INTO runs_occurrence (id, schedule_id, schedule_version, version_id, scheduled_time, local_wall_time,
+                                 local_time, time_zone, tzdata_version, note, kind, created_at)
+    SELECT o, s, sv, vid, at, wall, lt, tz, tzv, note, kind, %(stamp)s FROM v
+    ON CONFLICT DO NOTHING
+    RETURNING id
+), made AS (
+    INSERT INTO runs_run (id, occurrence_id, tenant_id, schedule_id, schedule_version, version_id, scheduled_time,
+                          kind, state, reason, generation, attempts_used, max_attempts, next_eligible_at, lease_until,
+                          lease_owner, target_host, created_at, first_started_at, finished_at, last_error,
+                          retried_by, retried_at)
+    SELECT v.r, v.o, v.t, v.s, v.sv, v.vid, v.at, v.kind, v.state, v.reason, 0, 0, v.ma, v.el, NULL,
+           '', v.host, %(stamp)s, NULL, v.fin, '', '', NULL
+    FROM v JOIN occ ON occ.id = v.o
+    RETURNING id, tenant_id
+), events AS (
+    INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
+                                  published_at)
+    SELECT gen_random_uuid(), m.tenant_id, m.id, v.ek, v.ep, %(now)s, 0, '', """ + _published_at("m.tenant_id", "%(now)s") + """
+    FROM made m JOIN v ON v.r = m.id
+)
+SELECT id::text FROM made
+"""
+
+
+def _ts(dt):
+    return dt.isoformat() if dt is not None else None
+
+
+INSERT_EVENTS_SQL = """
+INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
+                              published_at)
+SELECT gen_random_uuid(), v.tenant_id, v.run_id, v.kind, v.payload::jsonb, %(now)s, 0, '',
+       """ + _published_at("v.tenant_id", "%(now)s") + """
+FROM unnest(%(tenants)s::uuid[], %(runs)s::uuid[], %(kinds)s::text[], %(payloads)s::text[])
+     AS v(tenant_id, run_id, kind, payload)
+"""
+
+ADVANCE_SCHEDULES_SQL = """
+UPDATE schedules_schedule s SET
+    next_run_at = v.next_run_at, status = v.status, completed_at = v.completed_at, last_error = v.last_error
+FROM unnest(%(ids)s::uuid[], %(next)s::timestamptz[], %(status)s::text[], %(completed)s::timestamptz[],
+            %(errors)s::text[]) AS v(id, next_run_at, status, completed_at, last_error)
+WHERE s.id = v.id
+"""
+
+
+class PostgresStore(PortableStore):
+    def insert_events(self, events, *, now) -> None:
+        if not events:
+            return
+        with _cursor() as cur:
+            cur.execute(INSERT_EVENTS_SQL, {
+                "now": now,
+                "tenants": [str(e.tenant_id) for e in events],
+                "runs": [str(e.run_id) if e.run_id else None for e in events],
+                "kinds": [e.kind for e in events],
+                "payloads": [json.dumps(e.payload) for e in events],
+            })
+
+    def insert_runs(self, triples, *, stamp, now) -> set:
+        rows = []
+        for o, r, e in triples:
+            rows.append({
+                "o": str(o.id), "r": str(r.id), "s": str(o.schedule_id), "t": str(r.tenant_id),
+                "sv": o.schedule_version, "vid": o.version_id, "at": _ts(o.scheduled_time), "wall": o.local_wall_time,
+                "lt": o.local_time, "tz": o.time_zone, "tzv": o.tzdata_version, "note": o.note, "kind": o.kind,
+                "state": r.state, "reason": r.reason, "ma": r.max_attempts, "host": r.target_host,
+                "el": _ts(r.next_eligible_at), "fin": _ts(r.finished_at), "ek": e.kind, "ep": e.payload,
+            })
+        with _cursor() as cur:
+            cur.execute(INSERT_RUNS_SQL, {"rows": json.dumps(rows), "stamp": stamp, "now": now})
+            return {row[0] for row in cur.fetchall()}
+
+    def advance_schedules(self, schedules, *, now) -> None:
+        if not schedules:
+            return
+        with _cursor() as cur:
+            cur.execute(ADVANCE_SCHEDULES_SQL, {
+                "ids": [str(s.id) for s in schedules], "next": [s.next_run_at for s in schedules],
+                "status": [s.status for s in schedules], "completed": [s.completed_at for s in schedules],
+                "errors": [s.last_error for s in schedules],
+            })
+
+    def due_tenants(self, now, *, max_tenants: int) -> list:
+        with _cursor() as cur:
+            cur.execute(DUE_TENANTS_SQL, {"now": now, "max_tenants": max_tenants})
+            return [row[0] for row in cur.fetchall()]
+
+    def due_candidates(self, tenants: list, now, *, per_tenant: int) -> list:
+        with _cursor() as cur:
+            cur.execute(CANDIDATES_SQL, {"tenants": tenants, "now": now, "per_tenant": per_tenant})
+            return cur.fetchall()
+
+    def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int) -> list[Claimed]:
+        with _cursor() as cur:
+            cur.execute(CLAIM_DUE_SQL, {"worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift})
+            return _claimed(cur)
+
+    def claim(self, ids, *, worker: str, now, until) -> list[Claimed]:
+        if not ids:
+            return []
+        with _cursor() as cur:
+            cur.execute(CLAIM_SQL, {"ids": _uuid_array(ids), "worker": worker, "now": now, "until": until})
+            return _claimed(cur)
+
+    def extend_leases(self, keys, *, worker: str, lease_seconds: float) -> set:
+        gens = "{" + ",".join(str(k[1]) for k in keys) + "}"
+        with _cursor() as cur:
+            cur.execute(EXTEND_LEASES_SQL, {"ids": _uuid_array(k[0] for k in keys), "gens": gens, "worker": worker,
+                                            "lease": lease_seconds})
+            return {(row[0], row[1]) for row in cur.fetchall()}
+
+    def complete(self, decided: list[Decided]) -> tuple[set, datetime | None]:
+        """Text ids, and the time on one row only: parsing a UUID and a timestamp per row cost
+        more Python time than building the whole statement."""
+        rows = []
+        for d in decided:
+            r, c = d.result, d.result.claimed
+            key = c.run_text
+            rows.append((key, {
+                "r": key, "g": c.generation, "a": c.attempt_id, "s": d.state, "d": d.delay,
+                "k": completion_kind(d.state).value, "le": r.last_error, "x": r.response_excerpt,
+                "p": r.remote_address or "", "e": r.evidence(),
+            }))
+        # Rows in key order, so two transactions over overlapping runs lock them in the same order.
+        rows.sort(key=lambda kv: kv[0])
+        with _cursor() as cur:
+            cur.execute(COMPLETE_SQL, {"rows": json.dumps([kv[1] for kv in rows])})
+            out = cur.fetchall()
+            applied = {(row[0], row[1]) for row in out}
+            if len(applied) < len(rows):
+                late = [{"a": row["a"], "e": row["e"]} for _, row in rows if (row["r"], row["g"]) not in applied]
+                cur.execute(KEEP_LATE_SQL, {"rows": json.dumps(late)})
+        return applied, next((row[2] for row in out if row[2] is not None), None)
