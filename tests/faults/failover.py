@@ -261,7 +261,7 @@ def longest_gap(starts: list[datetime], fault_at: datetime, until: datetime) -> 
     return max((b - a).total_seconds() for a, b in zip(points, points[1:]))
 
 
-def _tail(path: Path, lines: int = 25) -> str:
+def _tail(path: Path, lines: int = 60) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
