@@ -9,7 +9,15 @@ own transport, dispatch/http1.py) runs the same load as a baseline, measured in 
 
     .venv/bin/python bench/safehttp_bench.py [--calls 20000] [--concurrency 200] [--rounds 3]
 
-Traffic goes to 127.0.0.1 only; every loop is bounded by --calls.
+With --hostile it measures what hostile targets cost instead (tests/safehttp/hostile.py: answers
+that never end, each in its own way, sent from a child process): each kind alone (outcome, wall
+time, client CPU and bytes read per call), then a healthy target's calls with and without all the
+hostile kinds being called beside them through the same client (latency, calls/s, client CPU,
+peak RSS growth).
+
+    .venv/bin/python bench/safehttp_bench.py --hostile [--seconds 5] [--hostile-timeout 5] [--uvloop]
+
+Traffic goes to 127.0.0.1 only; every loop is bounded by --calls or --seconds.
 """
 
 from __future__ import annotations
@@ -105,12 +113,71 @@ async def bench(url: str, calls: int, concurrency: int, rounds: int) -> None:
               f"(rounds: {', '.join(f'{r:.0f}' for r, _ in rows)})")
 
 
+async def hostile_bench(urls: dict[str, str], seconds: float, timeout: float) -> None:
+    from dispatch import http1
+    from tests.safehttp.hostile import fight
+
+    # Bytes handed to the transport, as read from the socket (the parser may be given fewer).
+    received = [0]
+    real = http1._Connection.data_received
+
+    def counting(self, data):
+        received[0] += len(data)
+        return real(self, data)
+
+    http1._Connection.data_received = counting
+    print(f"each hostile kind alone, 3 calls in a row, deadline {timeout:g}s:")
+    print(f"  {'kind':24s} {'outcome':24s} {'wall/call':>10s} {'CPU/call':>10s} {'read/call':>10s}")
+    async with SafeClient(allowed_networks=["127.0.0.0/8"]) as client:
+        for kind, url in urls.items():
+            cpu0, wall0, received[0] = time.process_time(), time.perf_counter(), 0
+            for _ in range(3):
+                r = await client.request("POST", url + "/run", headers={}, body=b"{}", timeout=timeout,
+                                         allowed_prefixes=None)
+            wall, cpu = (time.perf_counter() - wall0) / 3, (time.process_time() - cpu0) / 3
+            outcome = r.error_class or f"HTTP {r.status}"
+            print(f"  {kind:24s} {outcome:24s} {wall * 1e3:8.1f}ms {cpu * 1e3:8.1f}ms {received[0] / 3 / 1024:7.0f}KiB")
+    http1._Connection.data_received = real
+
+    def healthy_figures(got) -> str:
+        lat = sorted(ended - started for _, started, ended, _ in got.healthy)
+        bad = sum(1 for n, _, _, r in got.healthy if (r.status, r.body_excerpt) != (200, n.encode()))
+        return (f"{len(lat) / got.seconds:6.0f} healthy calls/s, latency p50 {lat[len(lat) // 2] * 1e3:.1f} ms "
+                f"p99 {lat[int(len(lat) * 0.99)] * 1e3:.1f} ms max {lat[-1] * 1e3:.1f} ms, {bad} wrong; "
+                f"client CPU {got.cpu_seconds / got.seconds * 100:.0f}%, peak RSS +{got.rss_growth / 2**20:.1f} MiB")
+
+    alone = await fight(urls, kinds=[], seconds=seconds, hostile_timeout=timeout, hostile_callers=0,
+                        healthy_callers=20)
+    print(f"healthy target alone, 20 callers, {seconds:g}s:")
+    print(f"  {healthy_figures(alone)}")
+    beside = await fight(urls, kinds=list(urls), seconds=seconds, hostile_timeout=timeout, hostile_callers=3,
+                         healthy_callers=20)
+    hostile_calls = len(beside.hostile)
+    print(f"healthy target beside {len(urls)} hostile kinds x 3 callers ({hostile_calls} hostile calls), {seconds:g}s:")
+    print(f"  {healthy_figures(beside)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hostile", action="store_true", help="measure what hostile targets cost instead")
+    parser.add_argument("--seconds", type=float, default=5.0, help="--hostile: length of each fight")
+    parser.add_argument("--hostile-timeout", type=float, default=5.0, help="--hostile: each hostile call's deadline")
+    parser.add_argument("--uvloop", action="store_true", help="run the client on uvloop, as the worker does")
     args = parser.parse_args()
+    if args.uvloop:
+        import uvloop
+
+        uvloop.install()
+
+    if args.hostile:
+        from tests.safehttp.hostile import hostile_targets
+
+        with hostile_targets() as urls:
+            asyncio.run(hostile_bench(urls, args.seconds, args.hostile_timeout))
+        return
 
     port_queue: multiprocessing.Queue = multiprocessing.Queue()
     stop = multiprocessing.Event()

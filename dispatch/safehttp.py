@@ -287,19 +287,14 @@ _DEFAULT_UA = f"User-Agent: {USER_AGENT}\r\n"
 _names: dict[str, str] = {}  # header names the rule allowed, lowercased (the worker sends the same few)
 
 
-def _header_name(name: str, value: Any) -> str:
-    """The lowercased name, once ``header_problem`` allows the header; raises TargetRefused.
-    A known name with a printable value of allowed length is all the rule would check, and is
-    decided here without calling it: this runs for every header of every call."""
-    low = _names.get(name)
-    if low is None or value.__class__ is not str or len(value) > MAX_HEADER_VALUE or not value.isprintable():
-        problem = header_problem(name, value, by_scheduler=True)
-        if problem is not None:
-            raise TargetRefused(problem)
-        if low is None:
-            low = name.lower()
-            if len(_names) < 4096:
-                _names[name] = low
+def _checked_name(name: Any, value: Any) -> str:
+    """The lowercased name, once ``header_problem`` allows the header; raises TargetRefused."""
+    problem = header_problem(name, value, by_scheduler=True)
+    if problem is not None:
+        raise TargetRefused(problem)
+    low = name.lower()
+    if len(_names) < 4096:
+        _names[name] = low
     return low
 
 
@@ -388,22 +383,23 @@ class SafeClient:
     @staticmethod
     def _header_lines(headers: dict[str, str], body: bytes | None, method: str) -> bytes:
         lines = []
-        seen = set()
-        ua = ae = False
+        lows = []
         for name, value in headers.items():
-            low = _header_name(name, value)
-            if low in seen:
-                # {"X-A": .., "x-a": ..} would go out as two lines that targets read differently.
-                raise TargetRefused(f"header {name!r} is given more than once (names are case-insensitive)")
-            seen.add(low)
-            if low == "user-agent":
-                ua = True
-            elif low == "accept-encoding":
-                ae = True
+            # A known name with a printable value of allowed length is all the rule would check,
+            # so that is decided here without calling it: this runs for every header of every call.
+            low = _names.get(name)
+            if low is None or value.__class__ is not str or len(value) > MAX_HEADER_VALUE or not value.isprintable():
+                low = _checked_name(name, value)
+            lows.append(low)
             lines.append(f"{name}: {value}\r\n")
-        if not ua:
+        names = set(lows)
+        if len(names) < len(lows):
+            # {"X-A": .., "x-a": ..} would go out as two lines that targets read differently.
+            twice = next(name for name, low in zip(headers, lows) if lows.count(low) > 1)
+            raise TargetRefused(f"header {twice!r} is given more than once (names are case-insensitive)")
+        if "user-agent" not in names:
             lines.append(_DEFAULT_UA)
-        if not ae:
+        if "accept-encoding" not in names:
             lines.append("Accept-Encoding: identity\r\n")  # the byte cap counts wire bytes
         if body is not None or method in _BODY_METHODS:
             lines.append(f"Content-Length: {len(body) if body else 0}\r\n")
