@@ -12,9 +12,12 @@ What it guarantees, whatever the URL or DNS says (runs.md, "Calling the target")
   contains them; cloud metadata addresses stay refused even then, unless the list names the
   metadata address itself (a /32 or /128), because "allow 169.254.0.0/16 for a sidecar" must not
   silently hand tenants the instance credentials;
+- every header of every call passes the one header rule (``schedules.targets.header_problem``,
+  the API's rule too), or the call is refused before connecting;
 - redirects are returned, never followed; one total time limit per call; at most
   ``max_response_bytes`` of the body are read (then the connection is dropped, not drained) and
-  ``excerpt_bytes`` kept;
+  ``excerpt_bytes`` kept, and at most 64 KiB of everything else in the answer (status line,
+  headers, 1xx answers, chunk framing and trailers; see dispatch/http1.py);
 - environment proxies are never used (the transport reads no proxy settings): a proxy would
   resolve the name itself and make the address check meaningless.
 
