@@ -63,7 +63,7 @@ def test_healthy_calls_keep_their_answers_and_pace_beside_hostile_targets(loop_k
              if (r.status, r.body_excerpt) != (200, n.encode())]
     assert wrong == []
     slowest = max(ended - started for _, started, ended, _ in got.healthy)
-    assert slowest < 1.0, slowest
+    assert slowest < 2.0, slowest
     # ...and they ran while the hostile calls were being fought off, not after.
     hostile_start = min(started for _, started, _, _ in got.hostile)
     hostile_end = max(ended for _, _, ended, _ in got.hostile)
