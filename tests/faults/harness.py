@@ -42,7 +42,7 @@ class ChaosTarget:
     connection after acting."""
 
     def __init__(self, seed: int, stall_rate=0.05, error_rate=0.08, drop_rate=0.05, latency=(0.0, 0.0),
-                 host="127.0.0.1"):
+                 host="127.0.0.1", port=0):
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.deliveries = []  # (run_id, generation, idempotency_key, acted, behaviour)
@@ -103,7 +103,7 @@ class ChaosTarget:
                 # Killed workers and dropped connections reset sockets by design here.
                 pass
 
-        self.server = QuietServer((host, 0), Handler)
+        self.server = QuietServer((host, port), Handler)
         self.url = f"http://{host}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
