@@ -28,9 +28,11 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -60,6 +62,8 @@ class FailoverReport(Report):
     in_flight_at_fault: list = field(default_factory=list)
     stalled_loops: list = field(default_factory=list)
     windows: list = field(default_factory=list)  # (fault, new primary writable) per fault
+    web_during_faults: Counter = field(default_factory=Counter)  # what gunicorn answered meanwhile
+    metrics: dict = field(default_factory=dict)  # name -> (min, max, last) over the run, from /metrics
 
     def line(self) -> str:
         return (
@@ -127,6 +131,7 @@ class WebProbe:
     def __init__(self, base_url: str):
         self.base_url = base_url
         self.answers = []  # (wall time, path, status or exception name)
+        self.metrics_max, self.metrics_min, self.metrics_last = {}, {}, {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -143,11 +148,27 @@ class WebProbe:
             try:
                 with urllib.request.urlopen(self.base_url + path, timeout=10) as r:
                     status = r.status
+                    if path == "/metrics":
+                        self._read_metrics(r.read().decode())
             except urllib.error.HTTPError as e:
                 status = e.code
             except Exception as e:
                 status = type(e).__name__
             self.answers.append((time.time(), path, status))
+
+    # What an operator would watch: the largest value each reached, and the last one.
+    WATCHED = ("scheduler_oldest_overdue_seconds", "scheduler_start_lag_p99_seconds",
+               "scheduler_lease_expirations_last_hour", "scheduler_unknown_attempts_last_day",
+               "scheduler_fenced_results_total", "scheduler_workers")
+
+    def _read_metrics(self, text: str) -> None:
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in self.WATCHED:
+                v = float(value)
+                self.metrics_max[name] = max(v, self.metrics_max.get(name, v))
+                self.metrics_min[name] = min(v, self.metrics_min.get(name, v))
+                self.metrics_last[name] = v
 
     def close(self):
         self.stop.set()
@@ -281,7 +302,8 @@ def run_failover(*, faults: list[str], seed: int = 7, observe: float = 12.0, bur
     cluster = cluster or AutoFailoverCluster()
     report = FailoverReport()
     target = procs = probe = None
-    logdir = logdir or cluster.root / "logs"
+    keep = bool(os.environ.get("FAULTS_KEEP_LOGS"))
+    logdir = logdir or (Path(tempfile.mkdtemp(prefix="sched-failover-")) if keep else cluster.root / "logs")
     logdir.mkdir(parents=True, exist_ok=True)
     try:
         if own_cluster:
@@ -347,6 +369,8 @@ def run_failover(*, faults: list[str], seed: int = 7, observe: float = 12.0, bur
             target.close()
         if own_cluster:
             cluster.stop()
+        if keep:
+            log(f"logs kept in {logdir}")
     return report
 
 
@@ -438,12 +462,15 @@ def _stalled_loops(since: datetime, until: datetime) -> list[str]:
 
 def _count_web(report: FailoverReport, probe: WebProbe) -> None:
     report.web_requests = len(probe.answers)
+    report.metrics = {name: (probe.metrics_min.get(name), probe.metrics_max.get(name), probe.metrics_last.get(name))
+                      for name in probe.WATCHED}
     for t, path, status in probe.answers:
         if status == 200:
             continue
         at = datetime.fromtimestamp(t, timezone.utc)
         # During a fault's outage the web may answer 503 (readyz) or fail; after the grace it may not.
         if any(start <= at <= writable + timedelta(seconds=WEB_GRACE_SECONDS) for start, writable in report.windows):
+            report.web_during_faults[f"{path} {status}"] += 1
             continue
         report.web_errors += 1
         if report.web_errors <= 5:

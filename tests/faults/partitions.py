@@ -73,6 +73,18 @@ class PartitionReport(Report):
         )
 
 
+    def ok(self) -> bool:
+        evidence = (
+            (not self.db_cuts or (self.cut_worker_unknown > 0 and self.late_results_kept > 0
+                                  and self.unknown_retried_same_key > 0))
+            and (not self.target_cuts or self.target_cut_failures > 0)
+            and (not self.degradations or self.degraded_attempts > 0)
+            and self.skewed_attempts > 0 and self.skew_max_s < LEASE_SECONDS + 2
+        )
+        return (super().ok() and evidence and not self.problems and self.exits == 0 and self.web_errors == 0
+                and self.dispatch_gap_s <= 30.0)
+
+
 class StandalonePostgres:
     """One PostgreSQL inside the database host's namespace, listening on its address only."""
 

@@ -25,7 +25,9 @@ def test_a_failover_loses_nothing_and_the_scheduler_goes_on_by_itself(django_db_
         print("\n" + report.line())
         print(f"  promoted after {', '.join(f'{s:.1f}s' for s in report.promote_s)}; "
               f"runs in flight at each fault: {report.in_flight_at_fault}; gaps: "
-              f"{', '.join(f'{g:.1f}s' for g in report.gaps)}")
+              f"{', '.join(f'{g:.1f}s' for g in report.gaps)}; web answers during the faults: "
+              f"{dict(report.web_during_faults)}")
+        print("  /metrics (min, max, last): " + ", ".join(f"{k}={v}" for k, v in report.metrics.items()))
         for d in report.details:
             print("  " + d)
     assert report.failovers == 2 and report.node_kills == 1
