@@ -17,6 +17,7 @@ The checks are plain functions so the fault-injection suite and the tests can ca
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
@@ -116,7 +117,18 @@ def _query(ctx: Context, sql: str, params: list) -> tuple[list[str], int]:
     with connection.cursor() as cur:
         cur.execute(wrapped, [*params, ctx.limit])
         rows = cur.fetchall()
-    return [str(r[0]) for r in rows], (rows[0][1] if rows else 0)
+    return [_id_text(r[0]) for r in rows], (rows[0][1] if rows else 0)
+
+
+def _id_text(value) -> str:
+    """An id as the API and the portal show it: SQLite stores UUIDs as 32 hex digits."""
+    text = str(value)
+    if len(text) == 32:
+        try:
+            return str(uuid.UUID(hex=text))
+        except ValueError:
+            pass
+    return text
 
 
 def _check(ctx, invariant, name, message, sql, params=(), severity="error") -> list[Violation]:

@@ -31,7 +31,7 @@ from dispatch.wakeup import RUNS_CHANNEL, Listener
 from scheduler_project.dbclock import db_now
 from runs import queue
 from runs.queue import Claimed, Result
-from schedules.models import ScheduleVersion, Tenant
+from schedules.models import Tenant
 
 log = logging.getLogger("scheduler.worker")
 
@@ -63,10 +63,10 @@ class TenantAuth:
 
 
 class TargetCache:
-    """What a claimed run's call needs. On PostgreSQL the claim returns its version's target with
-    it; otherwise versions (immutable) are read once and kept, within a bound. Tenants' secrets
-    and allowlists can change, so they are re-read every few seconds (a prefix removed by an
-    operator stops calls within that time)."""
+    """What a claimed run's call needs. The claim returns its version's target with it; versions
+    are immutable, so each is prepared once and kept, within a bound. Tenants' secrets and
+    allowlists can change, so they are re-read every few seconds (a prefix removed by an operator
+    stops calls within that time)."""
 
     TENANT_TTL = 5.0
     MAX_VERSIONS = 10_000
@@ -93,18 +93,6 @@ class TargetCache:
         return t
 
     def load(self, claims: list[Claimed]) -> None:
-        missing = {c.version_id for c in claims if c.target is None} - self.versions.keys()
-        if missing:
-            if len(self.versions) > self.MAX_VERSIONS:
-                self.versions.clear()
-            for v in ScheduleVersion.objects.filter(id__in=missing):
-                self.versions[v.id] = Target(
-                    url=v.target_url,
-                    method=v.target_method,
-                    headers=dict(v.target_headers or {}),
-                    body=json.dumps(v.payload, separators=(",", ":")).encode(),
-                    timeout=self._timeout(v.target_timeout_seconds),
-                )
         now = time.monotonic()
         stale = {c.tenant_id for c in claims if now - self.tenants.get(c.tenant_id, (0, None))[0] > self.TENANT_TTL}
         if stale:

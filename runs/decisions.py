@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from runs.models import TERMINAL_STATES, AttemptOutcome, EventKind, Occurrence, Reason, Run, RunKind, RunState
+from runs.models import TERMINAL_STATES, AttemptOutcome, EventKind, Occurrence, Reason, Run, RunState
 from schedules import timeexpr
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleVersion
 from schedules.occurrences import ONE_US, walk
@@ -118,15 +118,15 @@ class Claimed:
     schedule_version: int
     scheduled_time: datetime
     version_id: int
-    # (url, method, headers JSON, timeout seconds, payload JSON text) of the version, when the
-    # claim statement returned them, so the worker needs no second query.
+    # (url, method, headers JSON, timeout seconds, payload JSON text) of the version: every claim
+    # returns them, so the worker needs no second query.
     target: tuple | None = None
     # (backoff base, backoff max, overlap policy) of the version, likewise; complete() reads the
-    # version for them otherwise.
+    # version for them when a Claimed was made without (tests).
     policy: tuple | None = None
-    # The run and schedule ids and the scheduled time as the call's headers carry them, when
-    # the claim statement returned them as text (formatting a UUID or a time in Python costs
-    # more than the rest of building the headers).
+    # The run and schedule ids and the scheduled time as the call's headers carry them (the
+    # PostgreSQL claim formats them as text in the statement: formatting a UUID or a time in
+    # Python costs more than the rest of building the headers).
     run_key: str = ""
     schedule_key: str = ""
     scheduled_iso: str = ""

@@ -1,10 +1,25 @@
-"""Settings for the test suite: PostgreSQL on the local machine unless DATABASE_URL says otherwise."""
+"""Settings for the test suite.
+
+PostgreSQL on the local machine unless DATABASE_URL says otherwise; with
+SCHEDULER_TEST_DATABASE=sqlite, the embedded SQLite database the quickstart uses (a file in a
+temporary folder, so that the worker's threads and subprocesses share it), for the part of the
+suite marked `portable` (tests/README.md says which and why).
+"""
 
 import os
+import tempfile
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/scheduler")
+ON_SQLITE = os.environ.get("SCHEDULER_TEST_DATABASE", "postgresql") == "sqlite"
+if ON_SQLITE:
+    os.environ["DATABASE_URL"] = ""
+    os.environ.setdefault("SCHEDULER_VAR_DIR", tempfile.mkdtemp(prefix="scheduler-test-"))
+else:
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/scheduler")
 os.environ.setdefault("SCHEDULER_ALLOW_DEV_SECRET", "1")
 
 from .settings import *  # noqa: E402,F403
+
+if ON_SQLITE:
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests

@@ -1,6 +1,13 @@
-"""Personas and a local HTTP target shared by the suite. Tests run on real PostgreSQL."""
+"""Personas and a local HTTP target shared by the suite.
+
+The suite runs on PostgreSQL, and again on the embedded SQLite database with
+SCHEDULER_TEST_DATABASE=sqlite (`python -m tests` runs both): there every test runs except those
+marked `postgresql_only` (with the reason) and the fault-injection suite, which are deselected,
+not skipped. tests/README.md lists them.
+"""
 
 import json
+import os
 import threading
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,6 +73,30 @@ def target():
     t = Target()
     yield t
     t.close()
+
+
+ON_SQLITE = os.environ.get("SCHEDULER_TEST_DATABASE") == "sqlite"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not ON_SQLITE:
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("postgresql_only") or item.get_closest_marker("faults") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_caches():
+    # Versions never change, so a process keeps their policies by id. SQLite reuses the ids of a
+    # rolled-back test's rows (PostgreSQL's sequences never go back), so each test starts clean.
+    from runs import queue
+
+    queue._policies.clear()
+    queue._limits.loaded_at = -1e9
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ generation, state leased): a worker that lost its lease changes nothing.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from django.db.models import Case, CharField, Count, DateTimeField, F, IntegerField, Min, Q, TextField, Value, When
@@ -213,6 +214,9 @@ class PortableStore:
             Run.objects.filter(id__in=ids, lease_owner=worker, lease_until=until).values_list(
                 "id", "generation", "attempts_used", "max_attempts", "tenant_id", "schedule_id",
                 "schedule_version", "scheduled_time", "version_id",
+                "version__target_url", "version__target_method", "version__target_headers",
+                "version__target_timeout_seconds", "version__payload",
+                "version__backoff_base_seconds", "version__backoff_max_seconds", "version__overlap_policy",
             )
         )
         attempts = Attempt.objects.bulk_create(
@@ -220,7 +224,14 @@ class PortableStore:
         )
         self.insert_events([event(r[0], r[4], EventKind.LEASED, generation=r[1], workerId=worker,
                                   state=RunState.LEASED) for r in rows], now=now)
-        return [Claimed(r[0], r[1], a.id, r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r, a in zip(rows, attempts)]
+        # The same shape PostgresStore's claim returns: the version's call (headers and payload as
+        # JSON text) and policy, and the ids and time as the call's headers carry them.
+        return [
+            Claimed(r[0], r[1], a.id, r[2], r[3], r[4], r[5], r[6], r[7], r[8],
+                    target=(r[9], r[10], json.dumps(r[11] or {}), r[12], json.dumps(r[13], separators=(",", ":"))),
+                    policy=r[14:17], run_key=str(r[0]), schedule_key=str(r[5]), scheduled_iso=iso(r[7]))
+            for r, a in zip(rows, attempts)
+        ]
 
     def earliest_ready(self):
         """When the earliest ready run becomes eligible (None when there is none)."""

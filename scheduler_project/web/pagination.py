@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import Q
 
 from scheduler_project.errors import ValidationFailed
@@ -37,6 +38,25 @@ MAX_LIMIT = 200
 class Page:
     items: list
     next: str | None
+
+    # The portal's templates read a page as rows with a next cursor.
+    @property
+    def rows(self) -> list:
+        return self.items
+
+    @property
+    def has_next(self) -> bool:
+        return self.next is not None
+
+    @property
+    def next_cursor(self) -> str:
+        return self.next or ""
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self):
+        return len(self.items)
 
 
 def _jsonable(value):
@@ -134,6 +154,52 @@ class Keyset:
         rows = rows[:n]
         return Page(items=rows, next=self.encode(rows[-1]) if more else None)
 
+    def merged_page(self, querysets: list, *, cursor: str | None = None, limit=None, load=None) -> Page:
+        """One page over the union of `querysets` (disjoint parts of one list, e.g. one per tenant),
+        each served by its own index range: each part's next `limit + 1` keys are read, merged
+        here, and only the winners are loaded (`load(pks) -> {pk: row}`, default in_bulk).
+
+        Where the database allows a sliced query inside a compound statement (PostgreSQL), the
+        parts are read in one UNION ALL statement; elsewhere (SQLite refuses LIMIT in a compound's
+        parts) one query each."""
+        n = self.parse_limit(limit)
+        if not querysets:
+            return Page(items=[], next=None)
+        directions = {desc for _, desc in self.columns}
+        if len(directions) != 1:
+            raise ValueError("a merged page needs every ordering column in the same direction")
+        model = querysets[0].model
+        values = self.decode(cursor, model) if cursor else None
+        names = [name for name, _ in self.columns]
+        parts = []
+        for qs in querysets:
+            qs = qs.order_by(*self.ordering)
+            if values is not None:
+                qs = qs.filter(self.after(values))
+            parts.append(qs.values_list(*names)[: n + 1])
+        if len(parts) > 1 and connection.features.supports_slicing_ordering_in_compound:
+            keys = list(parts[0].union(*parts[1:], all=True))
+        else:
+            keys = [k for part in parts for k in part]
+        keys = sorted(keys, reverse=directions == {True})[: n + 1]
+        pks = [k[-1] for k in keys]
+        rows_by_pk = load(pks) if load else model.objects.in_bulk(pks)
+        rows = [rows_by_pk[pk] for pk in pks if pk in rows_by_pk]
+        more = len(rows) > n
+        rows = rows[:n]
+        return Page(items=rows, next=self.encode(rows[-1]) if more else None)
+
     def page_from_params(self, queryset, params) -> Page:
         """`?cursor=` and `?limit=` from a request's query parameters."""
         return self.page(queryset, cursor=params.get("cursor") or None, limit=params.get("limit"))
+
+
+# The lists of the API and the portal, each backed by an index on (its filter column, then these
+# columns in these directions).
+# run_tenant_time_idx / run_schedule_time_idx: (tenant | schedule, -scheduled_time, -id).
+RUN_PAGES = Keyset("runs", ("-scheduled_time", "-id"))
+# schedule_tenant_created_idx: (tenant, -created_at).
+SCHEDULE_PAGES = Keyset("schedules", ("-created_at", "-id"))
+KEY_PAGES = Keyset("keys", ("-created_at", "-id"))
+# audit_tenant_at_idx: (tenant, -at).
+AUDIT_PAGES = Keyset("audit", ("-at", "-id"))

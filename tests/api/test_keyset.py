@@ -79,6 +79,7 @@ def test_the_limit_is_bounded(schedule, limit):
     assert "limit" in e.value.errors
 
 
+@pytest.mark.postgresql_only("reads a PostgreSQL query plan")
 def test_a_deep_page_is_an_index_range_scan(schedule):
     """On a big table the planner must start at the cursor in run_tenant_time_idx rather than
     sort or filter everything. Sequential scans are disabled so the plan shows what the index

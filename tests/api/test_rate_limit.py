@@ -79,6 +79,7 @@ def _wait_for_fresh_minute():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql_only("several connections racing on one counter row: SQLite has one writer at a time")
 def test_concurrent_requests_from_several_connections_are_each_counted_once(tenant):
     """Stands in for several gunicorn workers: separate connections hitting one key at once. The
     upsert is atomic, so no increment is lost and no count is handed out twice."""

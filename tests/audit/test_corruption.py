@@ -16,7 +16,10 @@ from schedules.models import Schedule
 from scheduler_project.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
-pytestmark = pytest.mark.django_db
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.postgresql_only("corrupts the database on purpose, with PostgreSQL DDL and deferred constraints"),
+]
 
 
 def checks(name):

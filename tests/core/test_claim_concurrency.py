@@ -29,6 +29,7 @@ def _ready_runs(tenant, target, n):
     assert Run.objects.filter(state="ready").count() == n
 
 
+@pytest.mark.postgresql_only("FOR UPDATE SKIP LOCKED between two workers' connections")
 def test_two_workers_claim_every_run_exactly_once(tenant, target):
     _ready_runs(tenant, target, 1000)
     claimed = {"a": [], "b": []}

@@ -1,29 +1,46 @@
-"""The invariants the database enforces are really there after every migration."""
+"""The invariants the database enforces are really there after every migration, on both engines
+(read through Django's introspection, so the same test checks PostgreSQL and SQLite)."""
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
+
+from runs.models import Run
 
 pytestmark = pytest.mark.django_db
 
-EXPECTED = {
-    "occurrence_identity_unique",  # one occurrence per (schedule, version, instant)
-    "runs_run_occurrence_id_key",  # one run per occurrence
-    "attempt_run_generation_unique",  # one attempt per generation
-    "attempt_one_open_per_run",  # at most one open attempt
-    "run_ready_idx", "run_ready_tenant_idx", "run_leased_idx", "run_dead_idx",
-    "schedule_due_idx", "outbox_unpublished_idx", "outbox_relay_due_idx",
+NAMED = {
+    "runs_occurrence": {"occurrence_identity_unique"},  # one occurrence per (schedule, version, instant)
+    "runs_attempt": {"attempt_run_generation_unique", "attempt_one_open_per_run"},  # one per generation; one open
+    "runs_run": {"run_ready_idx", "run_ready_tenant_idx", "run_leased_idx", "run_dead_idx", "run_state_valid",
+                 "run_lease_iff_leased", "run_finished_iff_terminal", "run_ready_has_eligibility"},
+    "schedules_schedule": {"schedule_due_idx"},
+    "runs_outboxevent": {"outbox_unpublished_idx", "outbox_relay_due_idx"},
 }
 
 
-def test_the_named_constraints_and_queue_indexes_exist():
+def constraints(table):
     with connection.cursor() as cur:
-        cur.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
-        names = {r[0] for r in cur.fetchall()}
-    assert EXPECTED <= names, EXPECTED - names
+        return connection.introspection.get_constraints(cur, table)
 
 
-def test_run_states_are_checked_by_the_database():
-    with connection.cursor() as cur:
-        cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = 'runs_run'::regclass AND contype = 'c'")
-        names = {r[0] for r in cur.fetchall()}
-    assert {"run_state_valid", "run_lease_iff_leased", "run_finished_iff_terminal", "run_ready_has_eligibility"} <= names
+@pytest.mark.parametrize("table", sorted(NAMED))
+def test_the_named_constraints_and_queue_indexes_exist(table):
+    found = set(constraints(table))
+    assert NAMED[table] <= found, NAMED[table] - found
+
+
+def test_one_run_per_occurrence_is_a_unique_column():
+    uniques = [c["columns"] for c in constraints("runs_run").values() if c["unique"]]
+    assert ["occurrence_id"] in uniques
+
+
+def test_run_states_are_checked_by_the_database(tenant, target):
+    from tests.helpers import make_due, make_schedule
+    from dispatch.loops import drain, scan_step
+
+    make_due(make_schedule(tenant, target.url + "/run"))
+    drain(scan_step)
+    run = Run.objects.get()
+    for change in ({"state": "exploded"}, {"state": "leased"}, {"state": "succeeded"}):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            Run.objects.filter(id=run.id).update(**change)

@@ -99,6 +99,7 @@ def test_sharded_scanners_split_the_shards_and_take_over_a_dead_ones(tenant, tar
     assert lease.holder == "scan-a" and lease.borrowed
 
 
+@pytest.mark.postgresql_only("LISTEN/NOTIFY")
 def test_a_notify_wakes_an_idle_worker_before_its_poll_interval(tenant, target):
     from dispatch.worker import run_worker
 

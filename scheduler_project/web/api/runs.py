@@ -9,7 +9,8 @@ from runs import services
 from runs.models import Attempt, Run, RunState
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.errors import ValidationFailed
-from scheduler_project.web.pagination import Keyset
+from scheduler_project.web.pagination import RUN_PAGES
+from scheduler_project.web.params import parse_uuid
 from scheduler_project.web.api.schedules import (
     BODY_ERRORS,
     PAGE_PARAMS,
@@ -18,13 +19,9 @@ from scheduler_project.web.api.schedules import (
     page_of,
     parse_choices,
     parse_instant,
-    parse_uuid,
     require_empty_body,
 )
 
-# Served by run_tenant_time_idx / run_schedule_time_idx, (tenant|schedule, -scheduled_time, -id):
-# every page is an index range scan from the cursor, however deep.
-RUN_PAGES = Keyset("runs", ("-scheduled_time", "-id"))
 
 
 def tenant_run(request, pk) -> Run:
@@ -55,7 +52,7 @@ class RunListView(APIView):
     def get(self, request):
         params = request.query_params
         qs = Run.objects.filter(tenant=request.user.tenant).select_related("occurrence")
-        schedule_id = parse_uuid(params.get("schedule"), "schedule")
+        schedule_id = parse_uuid(params.get("schedule"), field="schedule")
         if schedule_id:
             # Another tenant's schedule id simply matches nothing here: the tenant filter is first.
             qs = qs.filter(schedule_id=schedule_id)

@@ -1,7 +1,6 @@
 """Schedules, expressions, API keys and the audit log over HTTP (api.md). Views only translate:
 every change is a service call, and every object is looked up inside the caller's tenant."""
 
-import uuid
 from datetime import timedelta, timezone
 
 from django.shortcuts import get_object_or_404
@@ -16,7 +15,7 @@ from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.web.clientaddr import client_address
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ValidationFailed
-from scheduler_project.web.pagination import Keyset
+from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
 from schedules import timeexpr
 from schedules.idempotency import HEADER as IDEMPOTENCY_HEADER
 from schedules.idempotency import idempotent
@@ -43,6 +42,7 @@ from scheduler_project.web.api.schedule_serializers import (
     schedule_json,
     to_fields,
 )
+from schedules.occurrences import upcoming
 from schedules.services import Actor, rule_for
 from schedules.tenants import create_api_key, revoke_api_key
 
@@ -134,15 +134,6 @@ def parse_choices(raw, name: str, allowed) -> list[str]:
     return values
 
 
-def parse_uuid(raw, name: str):
-    if raw in (None, ""):
-        return None
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise ValidationFailed({name: ["must be an id (UUID)"]})
-
-
 def parse_instant(raw, name: str):
     if raw in (None, ""):
         return None
@@ -175,8 +166,6 @@ def parse_count(raw, default=10, maximum=100) -> int:
 
 
 # --- schedules ------------------------------------------------------------------------------
-
-SCHEDULE_PAGES = Keyset("schedules", ("-created_at", "-id"))
 
 
 class ScheduleListView(APIView):
@@ -309,23 +298,15 @@ class ScheduleOccurrencesView(APIView):
     @extend_schema(
         operation_id="schedules_occurrences",
         summary="Preview a schedule's next instants",
-        description="Nothing is stored. An archived schedule has none.",
+        description="Nothing is stored. A paused, completed or archived schedule has none.",
         parameters=[OpenApiParameter("count", int, required=False, description="1-100, default 10")],
         responses={200: OccurrencesOut, **error_responses(400, 404)},
     )
     def get(self, request, pk):
         schedule = tenant_schedule(request, pk)
         count = parse_count(request.query_params.get("count"))
-        if schedule.status == ScheduleStatus.ARCHIVED:
-            return Response({"occurrences": []})
-        rule = rule_for(schedule.current, schedule.anchor_at)
-        # From the next instant still to be made: what is already materialised shows in the runs.
-        start = schedule.next_run_at - timedelta(microseconds=1) if schedule.next_run_at else db_now()
-        occs = timeexpr.preview(rule, start, count)
-        end = schedule.current.end_at
-        return Response(
-            {"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs if not end or o.at < end]}
-        )
+        occs = upcoming(schedule, rule_for(schedule.current, schedule.anchor_at), count)
+        return Response({"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs]})
 
 
 class ExpressionPreviewView(APIView):
@@ -359,7 +340,6 @@ class ExpressionPreviewView(APIView):
 
 # --- API keys -------------------------------------------------------------------------------
 
-KEY_PAGES = Keyset("keys", ("-created_at", "-id"))
 
 
 def tenant_key(request, pk) -> ApiKey:
@@ -416,8 +396,6 @@ class ApiKeyRevokeView(APIView):
 
 
 # --- audit log ------------------------------------------------------------------------------
-
-AUDIT_PAGES = Keyset("audit", ("-at", "-id"))
 
 
 class AuditListView(APIView):

@@ -2,6 +2,7 @@
 
 from scheduler_project.web.access import is_operator, portal_view, scope, visible_tenants
 from schedules.models import AuditEntry
+from scheduler_project.web.pagination import AUDIT_PAGES
 from scheduler_project.web.portal.common import keyset_page, parse_uuid, render_view
 
 
@@ -18,7 +19,7 @@ def audit_log(request):
     if tenant:
         qs = qs.filter(tenant_id=tenant)
         f["tenant"] = str(tenant)
-    page = keyset_page(qs, "at", request.GET.get("after"), pk_type=int)
+    page = keyset_page(AUDIT_PAGES, qs, request.GET.get("after"))
     return render_view(request, "audit/list.html", {
         "page": page, "f": f, "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
     }, partial="results")

@@ -1,26 +1,15 @@
-"""Helpers every portal view shares: keyset pages, fragments, calling a service safely.
-
-They live in `schedules` (the lowest app) so `runs` views can use them without `schedules`
-reaching up into `runs`."""
+"""Helpers every portal view shares: keyset pages, fragments, calling a service safely."""
 
 from datetime import datetime, timezone
-from uuid import UUID
 
 from django.contrib import messages
-from django.db.models import Q
 from django.shortcuts import render
 
-from scheduler_project.errors import ServiceError
+from scheduler_project.errors import ServiceError, ValidationFailed
+from scheduler_project.web.pagination import Keyset, Page
+from scheduler_project.web.params import parse_uuid  # noqa: F401  (the portal's views import it from here)
 
 PAGE_SIZE = 50
-CURSOR_SEP = "~"
-
-
-def parse_uuid(raw):
-    try:
-        return UUID(str(raw)) if raw else None
-    except ValueError:
-        return None
 
 
 def parse_when(raw: str | None):
@@ -34,47 +23,13 @@ def parse_when(raw: str | None):
     return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt
 
 
-def encode_cursor(when, pk) -> str:
-    return f"{when.isoformat()}{CURSOR_SEP}{pk}"
-
-
-def decode_cursor(raw: str | None, pk_type=UUID):
-    if not raw or CURSOR_SEP not in raw:
-        return None
-    # A hand-pasted cursor may have had its "+00:00" decoded to a space.
-    when, pk = raw.replace(" ", "+").rsplit(CURSOR_SEP, 1)
+def keyset_page(keyset: Keyset, qs, cursor: str | None, *, size: int | None = None) -> Page:
+    """One page of a portal list (`?after=` carries the cursor). A cursor that does not belong
+    to this list (edited, or pasted from another) shows the first page instead of an error."""
     try:
-        return datetime.fromisoformat(when), pk_type(pk)
-    except ValueError:
-        return None
-
-
-def after_cursor(qs, field: str, cursor):
-    """Rows strictly after the cursor in (-field, -id) order: the keyset condition that lets the
-    (…, field, id) index start where the last page ended, with no OFFSET and no COUNT(*)."""
-    if not cursor:
-        return qs
-    when, pk = cursor
-    return qs.filter(Q(**{f"{field}__lt": when}) | Q(**{field: when, "id__lt": pk}))
-
-
-class Page:
-    def __init__(self, rows, has_next: bool, field: str):
-        self.rows = rows
-        self.has_next = has_next
-        self.next_cursor = encode_cursor(getattr(rows[-1], field), rows[-1].id) if has_next and rows else ""
-
-    def __iter__(self):
-        return iter(self.rows)
-
-    def __len__(self):
-        return len(self.rows)
-
-
-def keyset_page(qs, field: str, raw_cursor: str | None, *, size: int | None = None, pk_type=UUID) -> Page:
-    size = size or PAGE_SIZE
-    rows = list(after_cursor(qs, field, decode_cursor(raw_cursor, pk_type)).order_by(f"-{field}", "-id")[: size + 1])
-    return Page(rows[:size], len(rows) > size, field)
+        return keyset.page(qs, cursor=cursor or None, limit=size or PAGE_SIZE)
+    except ValidationFailed:
+        return keyset.page(qs, limit=size or PAGE_SIZE)
 
 
 def template_for(request, template: str, partial: str | None) -> str:

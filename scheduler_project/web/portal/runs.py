@@ -1,8 +1,6 @@
 """Run pages: the list (filtered, keyset-paginated, never counted) and the detail with its
 attempt timeline and evidence; retry and cancel call `runs.services`."""
 
-from functools import reduce
-
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -11,16 +9,10 @@ from runs import services
 from runs.models import TERMINAL_STATES, Run, RunState
 from scheduler_project.web.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenant_ids, visible_tenants
 from schedules.models import Schedule
+from scheduler_project.errors import ValidationFailed
+from scheduler_project.web.pagination import RUN_PAGES, Page
 from scheduler_project.web.portal import common
-from scheduler_project.web.portal.common import (
-    Page,
-    after_cursor,
-    call_service,
-    decode_cursor,
-    parse_uuid,
-    parse_when,
-    render_view,
-)
+from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, parse_when, render_view
 
 # With more tenants than this in view, the per-tenant merge below stops paying for itself.
 MERGE_MAX_TENANTS = 100
@@ -61,21 +53,18 @@ def runs_page(qs, raw_cursor, tenant_ids, *, size: int | None = None) -> Page:
 
     The runs indexes lead with tenant or schedule. Filtered to one of them, the page is one range
     of that index. Across tenants, a plain ORDER BY ... LIMIT would sort the whole table, so each
-    tenant's next `size + 1` keys are read from `run_tenant_time_idx` (one short range each, in one
-    UNION ALL statement), merged here, and only the winners are loaded."""
+    tenant's part is read from `run_tenant_time_idx` and the parts merged (Keyset.merged_page)."""
     size = size or common.PAGE_SIZE
-    cursor = decode_cursor(raw_cursor)
-    qs = after_cursor(qs, "scheduled_time", cursor)
-    order = ("-scheduled_time", "-id")
     if tenant_ids is not None and 1 < len(tenant_ids) <= MERGE_MAX_TENANTS:
-        parts = [qs.filter(tenant_id=t).order_by(*order).values_list("scheduled_time", "id")[: size + 1]
-                 for t in tenant_ids]
-        keys = sorted(reduce(lambda a, b: a.union(b, all=True), parts), reverse=True)[: size + 1]
-        by_id = qs.model.objects.select_related("tenant", "schedule").in_bulk([k[1] for k in keys])
-        rows = [by_id[k[1]] for k in keys if k[1] in by_id]
-    else:
-        rows = list(qs.select_related("tenant", "schedule").order_by(*order)[: size + 1])
-    return Page(rows[:size], len(rows) > size, "scheduled_time")
+        def load(pks):
+            return qs.model.objects.select_related("tenant", "schedule").in_bulk(pks)
+
+        parts = [qs.filter(tenant_id=t) for t in tenant_ids]
+        try:
+            return RUN_PAGES.merged_page(parts, cursor=raw_cursor or None, limit=size, load=load)
+        except ValidationFailed:
+            return RUN_PAGES.merged_page(parts, limit=size, load=load)
+    return keyset_page(RUN_PAGES, qs.select_related("tenant", "schedule"), raw_cursor, size=size)
 
 
 def _tenant_ids_for_merge(request, values):

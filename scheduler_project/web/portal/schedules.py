@@ -1,7 +1,6 @@
 """Schedule pages: list, detail (versions, next occurrences, recent runs) and the actions pause,
 resume, trigger now and backfill, each calling `runs.schedule_changes`."""
 
-from datetime import timedelta
 
 from django.contrib import messages
 from django.http import HttpResponseNotAllowed
@@ -13,11 +12,12 @@ from django.views.decorators.http import require_POST
 from runs import schedule_changes
 from runs.models import Run
 from scheduler_project.web.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenants
-from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ServiceError
 from schedules import timeexpr
+from schedules.occurrences import upcoming
 from schedules.models import Schedule, ScheduleStatus
 from schedules.services import rule_for
+from scheduler_project.web.pagination import SCHEDULE_PAGES
 from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, parse_when, render_view
 
 STATUS_FILTERS = {
@@ -46,7 +46,7 @@ def schedule_list(request):
     tenant = parse_uuid(request.GET.get("tenant"))
     if tenant:
         qs = qs.filter(tenant_id=tenant)
-    page = keyset_page(qs, "created_at", request.GET.get("after"))
+    page = keyset_page(SCHEDULE_PAGES, qs, request.GET.get("after"))
     return render_view(request, "schedules/list.html", {
         "page": page, "q": q, "status": status, "tenant": str(tenant or ""),
         "statuses": list(STATUS_FILTERS), "tenants": visible_tenants(request.user),
@@ -55,16 +55,14 @@ def schedule_list(request):
 
 def next_occurrences(schedule: Schedule, count: int = PREVIEW_COUNT) -> list:
     """The rule's next instants from the next one still to be made, with DST notes; dropped
-    instants (a skipped local time under the `skip` policy) are listed and marked."""
-    if not schedule.current or schedule.status != ScheduleStatus.ACTIVE:
+    instants (a skipped local time under the `skip` policy) are listed and marked. None for a
+    paused, completed or archived schedule."""
+    if not schedule.current:
         return []
     try:
-        rule = rule_for(schedule.current, schedule.anchor_at)
+        return upcoming(schedule, rule_for(schedule.current, schedule.anchor_at), count)
     except timeexpr.ExpressionError:
         return []
-    start = schedule.next_run_at - timedelta(microseconds=1) if schedule.next_run_at else db_now()
-    end = schedule.current.end_at
-    return [o for o in timeexpr.preview(rule, start, count) if not end or o.at < end]
 
 
 def _detail_context(request, schedule):
