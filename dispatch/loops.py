@@ -1,12 +1,27 @@
-"""Long-running commands as small step functions around a shutdown flag.
+"""Long-running commands: every loop is an object with `step() -> bool` (one unit of work; True
+when there may be more at once), `idle_seconds()` (how long to wait when there is not) and a
+`name`, and one runner drives them all (`run_loop`).
 
-Each step does one unit of work and returns whether there may be more to do at once; the loop
-sleeps in short slices otherwise, so SIGTERM/SIGINT (which only set the flag) stop it promptly.
+The runner's promises:
+- A failing step never ends the loop: the error is logged, the step's database connection is
+  thrown away (a dropped or terminated session must not be reused), and the step is tried again
+  after a backoff that grows with consecutive failures (`failure_backoff`), so a database that
+  is down is not hammered and one that comes back is used again within seconds.
+- Waits are short slices around the shutdown flag, so SIGTERM/SIGINT (which only set the flag)
+  stop a loop promptly; a LISTEN/NOTIFY wake-up ends an idle wait early, polling stays the
+  guarantee.
+- If a loop dies anyway (a bug in the runner itself, a BaseException), the process does not run
+  on half-dead: `LoopThreads` stops every loop and the command exits non-zero, so that its
+  supervisor (systemd, Kubernetes) restarts it.
+
 Tests call the steps directly.
 """
 
 import logging
+import os
+import random
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -19,6 +34,26 @@ from runs import queue
 from schedules import idempotency
 
 log = logging.getLogger("scheduler.loops")
+
+# A failing step is retried after this long at first, doubling up to the cap.
+FAILURE_BACKOFF_FIRST = 0.5
+FAILURE_BACKOFF_CAP = 30.0
+
+
+def failure_backoff(failures: int) -> float:
+    """Seconds to wait after the n-th consecutive failure of a step: exponential up to a cap,
+    with jitter so that a fleet of loops does not come back to a restarted database in step."""
+    step = min(FAILURE_BACKOFF_CAP, FAILURE_BACKOFF_FIRST * 2 ** (max(1, failures) - 1))
+    return step / 2 + random.uniform(0, step / 2)
+
+
+def discard_connection() -> None:
+    """Throw away this thread's database connection after a failed step: it may be terminated,
+    mid-transaction or broken, and the next step must start on a fresh one."""
+    try:
+        connection.close()
+    except Exception:  # closing a connection the server already dropped can itself fail
+        connection.connection = None
 
 
 def set_application_name(name: str) -> None:
@@ -37,29 +72,37 @@ def install_signal_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def run_loop(step, *, stop: threading.Event, idle_seconds, name: str, wake: threading.Event | None = None) -> None:
-    """Call `step()` until stopped; when it reports idle, wait `idle_seconds` (a number, or a
-    function giving one) or until `wake` is set (a LISTEN/NOTIFY wake-up). An exception in a step
-    is logged and the loop goes on: a dropped connection or one bad row must not end the process."""
+def run_loop(loop, *, stop: threading.Event, wake: threading.Event | None = None) -> None:
+    """Call `loop.step()` until stopped; when it reports idle, wait `loop.idle_seconds()` or until
+    `wake` is set. A step that raises is logged and retried after `failure_backoff`."""
+    failures = 0
     while not stop.is_set():
         try:
             close_old_connections()
-            busy = step()
+            busy = loop.step()
         except Exception:
-            log.exception("%s step failed; retrying after a pause", name)
-            try:
-                connection.close()
-            except Exception:
-                pass
-            busy = False
-            stop.wait(min(5.0, max(idle_seconds, 0.5)))
-        if not busy:
-            seconds = idle_seconds() if callable(idle_seconds) else idle_seconds
-            if wake is None:
-                stop.wait(seconds)
-            else:
-                _wait_either(stop, wake, seconds)
-                wake.clear()
+            failures += 1
+            delay = failure_backoff(failures)
+            log.exception("%s step failed (%d in a row); retrying in %.1f s", loop.name, failures, delay)
+            discard_connection()
+            stop.wait(delay)
+            continue
+        if failures:
+            log.info("%s recovered after %d failed steps", loop.name, failures)
+            failures = 0
+        if busy:
+            continue
+        try:
+            seconds = loop.idle_seconds()
+        except Exception:
+            log.warning("%s could not tell how long to wait; polling", loop.name, exc_info=True)
+            discard_connection()
+            seconds = settings.SCHEDULER_POLL_SECONDS
+        if wake is None:
+            stop.wait(seconds)
+        else:
+            _wait_either(stop, wake, seconds)
+            wake.clear()
 
 
 def _wait_either(stop: threading.Event, wake: threading.Event, seconds: float) -> None:
@@ -69,6 +112,39 @@ def _wait_either(stop: threading.Event, wake: threading.Event, seconds: float) -
         if left <= 0:
             return
         wake.wait(min(0.1, left))
+
+
+class LoopThreads:
+    """Loops on threads of one process (`scheduler`, `quickstart`), each with its own database
+    connection. If one dies, every loop is stopped and `died` names it, so that the command exits
+    non-zero instead of running on without it."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+        self.threads: list[threading.Thread] = []
+        self.died: list[str] = []
+
+    def start(self, loop, *, wake: threading.Event | None = None) -> threading.Thread:
+        def target():
+            try:
+                run_loop(loop, stop=self.stop, wake=wake)
+            except BaseException as exc:
+                log.critical("the %s loop died (%r): stopping every loop so that the process exits and is restarted",
+                             loop.name, exc, exc_info=True)
+                self.died.append(loop.name)
+                self.stop.set()
+            finally:
+                discard_connection()
+
+        t = threading.Thread(target=target, name=loop.name, daemon=True)
+        t.start()
+        self.threads.append(t)
+        return t
+
+    def join(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.0, end - time.monotonic()))
 
 
 # --- the steps ------------------------------------------------------------------------------
@@ -95,16 +171,17 @@ class Scanner:
     Without `shards`, every copy scans every due schedule it can lock.
 
     Look-ahead: the base horizon (SCHEDULER_HORIZON_SECONDS) makes runs a few seconds early,
-    which is enough for steady traffic but not for a burst: 100,000 schedules due at one
-    midnight take this scanner tens of seconds to materialise. So when idle, at most once a
+    which is enough for steady traffic but not for a burst: a hundred thousand schedules due at
+    one midnight take one scanner longer than that to materialise. So when idle, at most once a
     second, it checks (queue.lookahead_seconds) whether what is due within
     SCHEDULER_LOOKAHEAD_SECONDS could still be made in time at half the rate it has measured
     itself making runs, and if not, materialises ahead up to the instant that needs it."""
 
+    name = "scan"
     RECORD_EVERY = 5.0
     LOOKAHEAD_EVERY = 1.0
-    # Runs per second assumed until the scanner has measured its own: below what one scanner
-    # made on 2-core machines (1,500-3,100/s, bench/README.md), so a first guess starts early.
+    # Runs per second assumed until the scanner has measured its own: on the low side of what
+    # one scanner makes (bench/README.md), so that a first guess starts early.
     DEFAULT_RATE = 1000.0
 
     def __init__(self, *, shards=None, prefer=None, holder="", batch=None, horizon_seconds=None,
@@ -180,23 +257,44 @@ class Scanner:
         return busy
 
 
-# Expired Idempotency-Key records are pruned at most this often (they only cost space).
-IDEMPOTENCY_PRUNE_SECONDS = 60.0
-_next_idempotency_prune = 0.0
+class Reconciler:
+    """The `reconcile` loop: recover expired leases, apply misfire policy to runs no worker
+    claimed in time, and prune expired Idempotency-Key records (at most once a minute: they only
+    cost space)."""
+
+    name = "reconcile"
+    IDEMPOTENCY_PRUNE_SECONDS = 60.0
+
+    def __init__(self, *, batch: int = 500):
+        self.batch = batch
+        self.next_prune = 0.0
+
+    def idle_seconds(self) -> float:
+        return settings.SCHEDULER_RECONCILE_SECONDS
+
+    def step(self) -> bool:
+        expired = queue.expire_leases(batch=self.batch)
+        skipped = queue.skip_unclaimed_misfires(batch=self.batch)
+        if expired or skipped:
+            log.info("reconcile: %d expired leases recovered, %d unclaimed occurrences skipped (misfire)",
+                     expired, skipped)
+        if time.monotonic() >= self.next_prune:
+            pruned = idempotency.prune_expired()
+            # A full batch means more are waiting: come back on the next pass rather than in a minute.
+            self.next_prune = time.monotonic() + (0 if pruned >= idempotency.PRUNE_BATCH
+                                                  else self.IDEMPOTENCY_PRUNE_SECONDS)
+        # Either step may have stopped at its bound with more to do: come straight back.
+        return expired >= self.batch or skipped >= self.batch * queue.MISFIRE_BATCHES_PER_PASS
+
+
+_reconcilers: dict[int, Reconciler] = {}
 
 
 def reconcile_step(*, batch: int = 500) -> bool:
-    global _next_idempotency_prune
-    expired = queue.expire_leases(batch=batch)
-    skipped = queue.skip_unclaimed_misfires(batch=batch)
-    if expired or skipped:
-        log.info("reconcile: %d expired leases recovered, %d unclaimed occurrences skipped (misfire)", expired, skipped)
-    if time.monotonic() >= _next_idempotency_prune:
-        pruned = idempotency.prune_expired()
-        # A full batch means more are waiting: come back on the next pass rather than in a minute.
-        _next_idempotency_prune = time.monotonic() + (0 if pruned >= idempotency.PRUNE_BATCH else IDEMPOTENCY_PRUNE_SECONDS)
-    # Either step may have stopped at its bound with more to do: come straight back.
-    return expired >= batch or skipped >= batch * queue.MISFIRE_BATCHES_PER_PASS
+    """One reconciler pass (for tests and `--once`), keeping its prune schedule between calls."""
+    if batch not in _reconcilers:
+        _reconcilers[batch] = Reconciler(batch=batch)
+    return _reconcilers[batch].step()
 
 
 def drain(step, **kwargs) -> None:
@@ -206,7 +304,8 @@ def drain(step, **kwargs) -> None:
 
 
 class LoopCommand(BaseCommand):
-    """Base for the loop commands: --once, signal handling, application_name."""
+    """Base for the loop commands: --once, signal handling, application_name, and a non-zero exit
+    when one of its loops died."""
 
     loop_name = "loop"
 
@@ -216,10 +315,19 @@ class LoopCommand(BaseCommand):
     def handle(self, *args, **options):
         set_application_name(self.loop_name)
         self.stop = threading.Event()
+        self.loops = LoopThreads(self.stop)
         install_signal_handlers(self.stop)
         started = time.monotonic()
         self.run(options)
         log.info("%s stopped after %.1fs", self.loop_name, time.monotonic() - started)
+        if self.loops.died:
+            # Exit at once: a thread stuck in a call to a dead database must not keep a process
+            # that has lost a loop alive.
+            log.critical("exiting with status 1: the %s loop died", ", ".join(self.loops.died))
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
 
     def run(self, options):  # pragma: no cover - each command defines it
         raise NotImplementedError

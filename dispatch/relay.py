@@ -235,6 +235,8 @@ class Relay:
     """One relay: its event loop, its SafeClient and its per-tenant circuits. Not thread-safe:
     one thread steps it (the `relay` command's, or the scheduler's relay thread)."""
 
+    name = "relay"
+
     def __init__(
         self,
         *,
@@ -268,6 +270,9 @@ class Relay:
             # Made here, used only on self._loop: a SafeClient's session belongs to one loop.
             self._client = client_from_settings(limit=max(100, self.concurrency * 2))
         return self._client
+
+    def idle_seconds(self) -> float:
+        return settings.SCHEDULER_POLL_SECONDS
 
     def step(self, *, prune: bool | None = None) -> bool:
         """One pass: mark webhook-less events, claim, deliver, record, prune when due. True when

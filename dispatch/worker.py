@@ -25,6 +25,7 @@ from django.db import close_old_connections, connection
 
 from dispatch import signing
 from dispatch.safehttp import SafeClient, client_from_settings
+from dispatch.loops import failure_backoff
 from dispatch.metrics import BATCH_BUCKETS
 from dispatch.models import WorkerStat
 from dispatch.wakeup import RUNS_CHANNEL, Listener
@@ -154,6 +155,7 @@ class Worker:
                       "empty_claims": 0}
         self.batch_buckets = {b: 0 for b in BATCH_BUCKETS}
         self.started_at = None
+        self.died: list[str] = []  # background tasks that ended unexpectedly
 
     # -- database steps, on the worker's two database lanes ---------------------------------
 
@@ -314,9 +316,10 @@ class Worker:
         own_client = self._client is None
         self.client = self._client or client_from_settings(limit=max(100, self.concurrency))
         self._flusher_stop = asyncio.Event()
-        flusher = asyncio.create_task(self.flusher())
-        heartbeater = asyncio.create_task(self.heartbeater())
-        saver = None if once else asyncio.create_task(self.stats_saver())
+        flusher = self._supervised(self.flusher())
+        heartbeater = self._supervised(self.heartbeater())
+        saver = None if once else self._supervised(self.stats_saver())
+        claim_failures = 0
         try:
             while not self.stop.is_set():
                 free = self.concurrency - len(self.inflight)
@@ -331,9 +334,14 @@ class Worker:
                 except Exception:
                     if once:
                         raise  # a one-pass run reports the failure instead of retrying forever
-                    log.exception("claim failed; backing off")
-                    await asyncio.sleep(min(5.0, self.poll or 1.0))
+                    claim_failures += 1
+                    delay = failure_backoff(claim_failures)
+                    log.exception("claim failed (%d in a row); retrying in %.1f s", claim_failures, delay)
+                    await self._sleep(delay)
                     continue
+                if claim_failures:
+                    log.info("claiming again after %d failed claims", claim_failures)
+                    claim_failures = 0
                 self.stats["claimed"] += len(claims)
                 self.stats["claims"] += 1
                 if claims:
@@ -369,7 +377,27 @@ class Worker:
             if own_client:
                 await self.client.close()
             self.close_db()
+        if self.died:
+            raise RuntimeError(f"the worker's {', '.join(self.died)} task died; see the log above")
         return self.stats
+
+    def _supervised(self, coro) -> asyncio.Task:
+        """A background task of the worker (flusher, heartbeats, counters). Each handles its own
+        database errors; if one ends anyway, the worker must not run on without it (no heartbeats:
+        every lease would run out mid-call), so it stops, and run_worker raises."""
+        task = asyncio.create_task(coro)
+        name = coro.__name__
+
+        def done(t):
+            if t.cancelled() or (name == "flusher" and self._flusher_stop.is_set() and t.exception() is None):
+                return
+            log.critical("the worker's %s task ended unexpectedly: %r; stopping the worker", name,
+                         t.exception() if not t.cancelled() else "cancelled")
+            self.died.append(name)
+            self.stop.set()
+
+        task.add_done_callback(done)
+        return task
 
     async def _wait(self, ev: asyncio.Event, timeout: float) -> None:
         try:

@@ -21,5 +21,8 @@ from .settings import *  # noqa: E402,F403
 
 if ON_SQLITE:
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
+else:
+    # Not "scheduler-…": tests that terminate the scheduler's sessions must not end their own.
+    DATABASES["default"]["OPTIONS"]["application_name"] = "tests"  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests

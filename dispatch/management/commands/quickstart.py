@@ -3,6 +3,7 @@ and API key, the web server (portal, admin, API) under gunicorn, and all the loo
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from dispatch.loops import LoopCommand
-from dispatch.management.commands.scheduler import loop_threads
+from dispatch.management.commands.scheduler import start_loops
 from dispatch.management.commands.work import default_worker_id
 from dispatch.worker import run_worker
 from schedules.services import Actor
@@ -64,17 +65,23 @@ class Command(LoopCommand):
                  "--threads", "4", "--access-logfile", "-"],
                 env={**os.environ, "DJANGO_SETTINGS_MODULE": "scheduler_project.settings"},
             )
-        threads = loop_threads(self.stop)
-        for t in threads:
-            t.start()
+        start_loops(self.loops)
         try:
             run_worker(default_worker_id(), stop=self.stop, concurrency=16)
         finally:
             self.stop.set()
             if web:
-                web.terminate()
-                web.wait(timeout=15)
-            for t in threads:
-                t.join(timeout=15)
+                stop_web(web)
+            self.loops.join(timeout=15)
 
 
+def stop_web(web: subprocess.Popen) -> None:
+    """gunicorn's quick shutdown (SIGINT; SIGTERM would wait for its workers' graceful timeout),
+    then a kill if it is still there: the port must be free when quickstart has exited."""
+    if web.poll() is None:
+        web.send_signal(signal.SIGINT)
+    try:
+        web.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        web.kill()
+        web.wait()

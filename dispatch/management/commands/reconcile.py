@@ -1,6 +1,4 @@
-from django.conf import settings
-
-from dispatch.loops import LoopCommand, drain, reconcile_step, run_loop
+from dispatch.loops import LoopCommand, Reconciler, drain, run_loop
 
 
 class Command(LoopCommand):
@@ -8,7 +6,8 @@ class Command(LoopCommand):
     loop_name = "reconcile"
 
     def run(self, options):
+        reconciler = Reconciler()
         if options["once"]:
-            drain(reconcile_step)
+            drain(reconciler.step)
         else:
-            run_loop(reconcile_step, stop=self.stop, idle_seconds=settings.SCHEDULER_RECONCILE_SECONDS, name="reconcile")
+            run_loop(reconciler, stop=self.stop)

@@ -1,5 +1,3 @@
-from django.conf import settings
-
 from dispatch.loops import LoopCommand, drain, run_loop
 from dispatch.relay import Relay
 
@@ -16,7 +14,7 @@ class Command(LoopCommand):
                 relay.step(prune=True)
                 drain(lambda: relay.step(prune=False))
             else:
-                run_loop(relay.step, stop=self.stop, idle_seconds=settings.SCHEDULER_POLL_SECONDS, name="relay")
+                run_loop(relay, stop=self.stop)
         finally:
             relay.close()
         self.stdout.write(f"relay: {relay.stats}")

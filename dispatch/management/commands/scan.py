@@ -32,6 +32,6 @@ class Command(LoopCommand):
         wake = threading.Event()
         listener = Listener(SCHEDULES_CHANNEL, wake.set).start()
         try:
-            run_loop(scanner.step, stop=self.stop, idle_seconds=scanner.idle_seconds, name="scan", wake=wake)
+            run_loop(scanner, stop=self.stop, wake=wake)
         finally:
             listener.stop()

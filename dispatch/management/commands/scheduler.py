@@ -1,33 +1,16 @@
-import threading
-
 from django.conf import settings
-from django.db import connection
 
-from dispatch.loops import LoopCommand, Scanner, drain, reconcile_step, run_loop, scan_step
+from dispatch.loops import LoopCommand, LoopThreads, Reconciler, Scanner, drain, reconcile_step, scan_step
 from dispatch.management.commands.work import default_worker_id
-from dispatch.relay import relay_step
+from dispatch.relay import Relay
 from dispatch.worker import run_worker
 
 
-def loop_threads(stop: threading.Event) -> list[threading.Thread]:
-    """The scanner and reconciler loops, each on its own thread (and so its own connection)."""
-
-    def loop(step, idle, name):
-        def target():
-            try:
-                run_loop(step, stop=stop, idle_seconds=idle, name=name)
-            finally:
-                connection.close()
-
-        return threading.Thread(target=target, name=name, daemon=True)
-
-    scanner = Scanner()
-    threads = [
-        loop(scanner.step, scanner.idle_seconds, "scan"),
-        loop(reconcile_step, settings.SCHEDULER_RECONCILE_SECONDS, "reconcile"),
-        loop(relay_step, settings.SCHEDULER_POLL_SECONDS, "relay"),
-    ]
-    return threads
+def start_loops(loops: LoopThreads) -> None:
+    """The scanner, reconciler and relay, each on its own thread (and so its own connection)."""
+    loops.start(Scanner())
+    loops.start(Reconciler())
+    loops.start(Relay())
 
 
 class Command(LoopCommand):
@@ -46,10 +29,9 @@ class Command(LoopCommand):
             run_worker(worker_id, once=True, concurrency=options["concurrency"])
             drain(reconcile_step)
             return
-        threads = loop_threads(self.stop)
-        for t in threads:
-            t.start()
-        run_worker(worker_id, stop=self.stop, concurrency=options["concurrency"])
-        self.stop.set()
-        for t in threads:
-            t.join(timeout=settings.SCHEDULER_SHUTDOWN_GRACE_SECONDS + 5)
+        start_loops(self.loops)
+        try:
+            run_worker(worker_id, stop=self.stop, concurrency=options["concurrency"])
+        finally:
+            self.stop.set()
+            self.loops.join(timeout=settings.SCHEDULER_SHUTDOWN_GRACE_SECONDS + 5)
