@@ -1,4 +1,10 @@
-"""Rule objects: turn an expression into a strictly increasing stream of occurrences."""
+"""Rule objects: turn an expression into a strictly increasing stream of occurrences.
+
+Every ``next_after`` call runs under its own work budget (budget.NEXT_AFTER_UNITS) and raises
+``TooExpensive`` past it, so one pathological rule cannot hold a caller for long; accepted rules
+use a small fraction of it. Near the ends of the calendar (see zones.MIN_INSTANT/MAX_INSTANT) a
+rule ends: ``next_after`` returns None rather than overflowing.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,20 @@ from datetime import datetime, timedelta, timezone
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from .budget import NEXT_AFTER_CPU_SECONDS, NEXT_AFTER_UNITS, charge, metered
 from .types import DstPolicy, Occurrence
-from .zones import first_change, fmt_wall, jump_margin, offset_at, repeated_note, resolve_fixed
+from .zones import (MAX_INSTANT, MIN_INSTANT, first_change, fmt_wall, jump_margin, offset_at,
+                    repeated_note, resolve_fixed)
 
 UTC = timezone.utc
 
-# Every search loop is bounded. A rule whose next occurrence is further away than this many
-# loop turns is treated as having none (the parse-time check rejects rules that never fire).
-_LOOP_LIMIT = 20_000
 # No zone changes its UTC offset twice within two days (tests/timeexpr/test_tzdata_assumptions.py
 # checks the installed tzdata), so sampling every 6 hours cannot step over a change and back.
 _SAMPLE = timedelta(hours=6)
 _DAY = timedelta(days=1)
 _TICK = timedelta(microseconds=1)
+_NAIVE_MIN = datetime.min
+_NAIVE_MAX = datetime.max
 
 
 class WallSource(Protocol):
@@ -39,6 +46,21 @@ def _rank(o: Occurrence):
     return (o.at, o.dropped, o.note is not None)
 
 
+def _add(t: datetime, d: timedelta) -> datetime:
+    """t + d, clamped just past MAX_INSTANT (callers treat anything beyond it as the end)."""
+    if MAX_INSTANT - t < d:
+        return MAX_INSTANT + timedelta(seconds=1)
+    return t + d
+
+
+def _naive_sub(w: datetime, d: timedelta) -> datetime:
+    return _NAIVE_MIN if w - _NAIVE_MIN < d else w - d
+
+
+def _naive_add(w: datetime, d: timedelta) -> datetime:
+    return _NAIVE_MAX if _NAIVE_MAX - w < d else w + d
+
+
 class Rule:
     kind: str
     sub_daily: bool
@@ -46,7 +68,24 @@ class Rule:
     zone: ZoneInfo
     policy: DstPolicy
 
-    def next_after(self, after: datetime) -> Occurrence | None:  # pragma: no cover - abstract
+    def next_after(self, after: datetime) -> Occurrence | None:
+        """The first occurrence strictly after ``after``, or None when the rule has no more.
+
+        Raises TooExpensive (an ExpressionError) when the answer needs more than one call's
+        work budget.
+        """
+        after = _require_aware(after)
+        if after >= MAX_INSTANT:
+            return None
+        if after < MIN_INSTANT:
+            after = MIN_INSTANT - _TICK
+        with metered("finding the next occurrence", NEXT_AFTER_UNITS, NEXT_AFTER_CPU_SECONDS):
+            occ = self._next(after)
+        if occ is not None and not MIN_INSTANT <= occ.at <= MAX_INSTANT:
+            return None
+        return occ
+
+    def _next(self, after: datetime) -> Occurrence | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def iter_after(self, after: datetime) -> Iterator[Occurrence]:
@@ -79,49 +118,60 @@ class WallRule(Rule):
 
     Fixed-time rules resolve each wall time through the DstPolicy. Sub-daily rules fire at
     every real instant whose wall time is in the set, which is found by walking real time
-    in stretches of constant UTC offset.
+    in stretches of constant UTC offset. ``until`` (an RRULE UNTIL given in UTC) bounds the
+    resolved instants, not the wall times.
     """
 
     def __init__(self, kind: str, expression: str, zone: ZoneInfo, policy: DstPolicy,
-                 walls: WallSource, sub_daily: bool):
+                 walls: WallSource, sub_daily: bool, until: datetime | None = None):
         self.kind = kind
         self.expression = expression
         self.zone = zone
         self.policy = policy
         self.walls = walls
         self.sub_daily = sub_daily
+        self.until = until
         self._margin = jump_margin(zone)
 
-    def next_after(self, after: datetime) -> Occurrence | None:
-        after = _require_aware(after)
-        if self.sub_daily:
-            return self._next_real(after)
-        return self._next_fixed(after)
+    def _next(self, after: datetime) -> Occurrence | None:
+        if self.until is not None and after >= self.until:
+            return None
+        occ = self._next_real(after) if self.sub_daily else self._next_fixed(after)
+        if occ is not None and self.until is not None and occ.at > self.until:
+            return None
+        return occ
 
     def _next_fixed(self, after: datetime) -> Occurrence | None:
         """Scan wall times in order from a little before ``after``'s wall time.
 
         1. Start ``margin`` (the zone's largest offset jump) before the wall time of ``after``:
            after a fall-back an occurrence later than ``after`` can have an earlier wall time.
+           When the offset does not change within a margin either side of ``after`` no earlier
+           wall time can be later, so the scan starts at the wall time of ``after`` itself.
         2. Resolve each wall time; keep the earliest instant strictly after ``after``.
         3. Stop at the first wall time past the best one's local time. That is enough when the
            best is an ordinary wall time; a moved or repeated one (DST) can be overtaken by a
            later wall time, so then look on for another margin.
         """
         zone = self.zone
-        w = after.astimezone(zone).replace(tzinfo=None)
-        wall = self.walls.next(w - self._margin, True)
+        margin = self._margin
+        local = after.astimezone(zone)
+        w = local.replace(tzinfo=None)
+        lo = max(after - margin, MIN_INSTANT)
+        if self._change_in(lo, _add(after, margin), offset_at(zone, lo)) is None:
+            wall = self.walls.next(w, False)
+        else:
+            wall = self.walls.next(_naive_sub(w, margin), True)
         best: Occurrence | None = None
         bound: datetime | None = None
-        for _ in range(_LOOP_LIMIT):
-            if wall is None or (bound is not None and wall > bound):
-                break
+        while wall is not None and (bound is None or wall <= bound):
+            charge()
             for occ in resolve_fixed(zone, wall, self.policy):
                 if occ.at > after and (best is None or _rank(occ) < _rank(best)):
                     best = occ
                     bound = best.local.replace(tzinfo=None)
                     if best.note is not None:
-                        bound += self._margin
+                        bound = _naive_add(bound, margin)
             wall = self.walls.next(wall, False)
         return best
 
@@ -131,45 +181,65 @@ class WallRule(Rule):
         Within a stretch the wall clock is real time plus one offset, so the next matching wall
         time W gives the instant W - offset. If the offset changes before that instant, restart
         from the change (inclusive): a fall-back replays wall times, a spring-forward skips them,
-        and both follow from re-reading the wall clock there.
+        and both follow from re-reading the wall clock there. When no wall time is left after
+        the current one (COUNT or UNTIL reached), a fall-back just ahead can still replay some,
+        so look for one before giving up.
         """
         zone = self.zone
         t = after
         inclusive = False
-        for _ in range(_LOOP_LIMIT):
+        while True:
+            charge()
+            if t > MAX_INSTANT:
+                return None
             local = t.astimezone(zone)
             off = local.utcoffset()
             w = local.replace(tzinfo=None)
             wall = self.walls.next(w, inclusive)
             if wall is None:
-                return None
+                # A fall-back at T replays wall times from T + new offset; one we already passed
+                # comes back only if T is within the size of the jump from now.
+                trans = self._change_in(t, _add(t, self._margin), off)
+                if trans is None or offset_at(zone, trans) > off:
+                    return None
+                t, inclusive = trans, True
+                continue
             inclusive = True
             if wall - w > 2 * _DAY:
                 # A long quiet stretch (a day-restricted rule). Only the first day is checked
                 # for a transition: beyond it, real time and wall time can differ by less than
                 # a day, so jumping to a day before the match skips no matching wall time.
-                trans = self._change_in(t, t + _DAY, off)
-                t = trans if trans is not None else t + (wall - w) - _DAY
+                trans = self._change_in(t, _add(t, _DAY), off)
+                t = trans if trans is not None else _add(t, (wall - w) - _DAY)
                 continue
-            cand = (wall - off).replace(tzinfo=UTC)
+            try:
+                cand = (wall - off).replace(tzinfo=UTC)
+            except OverflowError:
+                return None
+            if cand > MAX_INSTANT:
+                return None
             trans = self._change_in(t, cand, off)
             if trans is None:
                 return Occurrence(cand, cand.astimezone(zone), fmt_wall(wall), repeated_note(zone, wall))
             t = trans
-        return None
 
     def _change_in(self, lo: datetime, hi: datetime, off: timedelta) -> datetime | None:
-        """The first offset change in (lo, hi], or None."""
+        """The first offset change in (lo, hi], or None. Nothing past MAX_INSTANT is looked at."""
+        if hi > MAX_INSTANT:
+            hi = MAX_INSTANT
+        if hi <= lo:
+            return None
         prev = lo
-        p = lo + _SAMPLE
+        p = _add(lo, _SAMPLE)
         while True:
+            charge()
             if p >= hi:
                 p = hi
             if offset_at(self.zone, p) != off:
                 return first_change(self.zone, prev, p, off)
             if p == hi:
                 return None
-            prev, p = p, p + _SAMPLE
+            prev, p = p, _add(p, _SAMPLE)
 
 
 class AtRule(Rule):
@@ -184,8 +254,7 @@ class AtRule(Rule):
         self.policy = policy
         self.occurrences = sorted(occurrences, key=_rank)
 
-    def next_after(self, after: datetime) -> Occurrence | None:
-        after = _require_aware(after)
+    def _next(self, after: datetime) -> Occurrence | None:
         for occ in self.occurrences:
             if occ.at > after:
                 return occ
@@ -207,12 +276,15 @@ class RateRule(Rule):
         self.interval = interval
         self.sub_daily = interval < _DAY
 
-    def next_after(self, after: datetime) -> Occurrence | None:
-        after = _require_aware(after)
+    def _next(self, after: datetime) -> Occurrence | None:
         if after < self.anchor:
             at = self.anchor
         else:
             k = (after - self.anchor) // self.interval + 1
+            if k * self.interval > MAX_INSTANT - self.anchor:
+                return None
             at = self.anchor + k * self.interval
+        if at > MAX_INSTANT:
+            return None
         local = at.astimezone(self.zone)
         return Occurrence(at, local, fmt_wall(local.replace(tzinfo=None)), None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.resources
 import io
+import re
 import threading
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -19,6 +20,12 @@ from .types import DstPolicy, ExpressionError, Occurrence
 
 UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# The instants the engine produces. A UTC offset is always less than a day, so every instant in
+# this range has a local time in every zone that datetime can represent (years 1 to 9999); an
+# occurrence outside it does not exist for the engine, and a rule simply ends there.
+MIN_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
+MAX_INSTANT = datetime(9999, 12, 30, 23, 59, 59, tzinfo=UTC)
 
 _zones: dict[str, ZoneInfo] = {}
 _margins: dict[str, timedelta] = {}
@@ -33,17 +40,48 @@ def tzdata_version() -> str:
     return tzdata.IANA_VERSION
 
 
+# Names are letters, digits, '_', '+' and '-' in slash-separated parts ('America/Port-au-Prince',
+# 'Etc/GMT+5'); the longest in tzdata is 32 characters.
+_NAME = re.compile(r"^[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*$")
+MAX_ZONE_NAME = 64
+_known: frozenset | None = None
+
+
+def _known_zones() -> frozenset:
+    """The zone keys the tzdata package lists in its 'zones' file.
+
+    The package directory also holds files that are not zones (zone.tab, tzdata.zi,
+    leapseconds, __init__.py); only listed keys are zones.
+    """
+    global _known
+    if _known is None:
+        try:
+            text = importlib.resources.files("tzdata").joinpath("zones").read_text()
+            _known = frozenset(text.split())
+        except OSError:  # pragma: no cover - a tzdata without its list: fall back to the files
+            _known = frozenset()
+    return _known
+
+
 def _zone_file(name: str):
     parts = name.split("/")
-    if "\\" in name or any(p in ("", ".", "..") for p in parts):
-        return None
     try:
         res = importlib.resources.files("tzdata.zoneinfo").joinpath(*parts)
         if not res.is_file():
             return None
-        return res.read_bytes()
+        data = res.read_bytes()
     except (OSError, ValueError, ModuleNotFoundError):
         return None
+    return data if data[:4] == b"TZif" else None
+
+
+def _unknown(name: str, why: str = "") -> ExpressionError:
+    shown = name if len(name) <= MAX_ZONE_NAME else name[:MAX_ZONE_NAME] + "..."
+    return ExpressionError(
+        f"unknown time zone {shown!r}{why}: use an IANA name such as 'America/New_York' or 'UTC' "
+        f"(tz database {tzdata_version()})",
+        "timeZone",
+    )
 
 
 def validate_time_zone(name: str) -> ZoneInfo:
@@ -53,14 +91,20 @@ def validate_time_zone(name: str) -> ZoneInfo:
     zone = _zones.get(name)
     if zone is not None:
         return zone
+    if len(name) > MAX_ZONE_NAME:
+        raise _unknown(name, f" (longer than {MAX_ZONE_NAME} characters)")
+    if not _NAME.match(name):
+        raise _unknown(name, " (zone names are letters, digits, '_', '+' and '-' in parts separated by '/')")
+    known = _known_zones()
+    if known and name not in known:
+        raise _unknown(name)
     data = _zone_file(name)
     if data is None:
-        raise ExpressionError(
-            f"unknown time zone {name!r}: use an IANA name such as 'America/New_York' or 'UTC' "
-            f"(tz database {tzdata_version()})",
-            "timeZone",
-        )
-    zone = ZoneInfo.from_file(io.BytesIO(data), key=name)
+        raise _unknown(name)
+    try:
+        zone = ZoneInfo.from_file(io.BytesIO(data), key=name)
+    except (ValueError, OSError):
+        raise _unknown(name, " (its tz database file cannot be read)") from None
     with _lock:
         _zones.setdefault(name, zone)
         _margins.setdefault(name, _jump_margin(data))
@@ -129,13 +173,27 @@ def _occ(zone, at_naive_utc: datetime, wall: str, note=None, dropped=False) -> O
     return Occurrence(at=at, local=at.astimezone(zone), wall=wall, note=note, dropped=dropped)
 
 
+def in_range(at: datetime) -> bool:
+    return MIN_INSTANT <= at <= MAX_INSTANT
+
+
 def resolve_fixed(zone: ZoneInfo, w: datetime, policy: DstPolicy) -> list[Occurrence]:
     """Turn the naive wall time a fixed-time rule meant into its occurrence(s) under ``policy``.
 
     zoneinfo's fold semantics tell the cases apart without a transition table: for a wall time
     that happens once both folds give the same offset; for a skipped one fold=0 gives the offset
     before the gap (smaller); for a repeated one fold=0 gives the first pass's (larger) offset.
+    Occurrences outside [MIN_INSTANT, MAX_INSTANT] are left out: at the ends of the calendar a
+    wall time can have no representable instant.
     """
+    try:
+        occs = _resolve_fixed(zone, w, policy)
+    except OverflowError:
+        return []
+    return [o for o in occs if in_range(o.at)]
+
+
+def _resolve_fixed(zone: ZoneInfo, w: datetime, policy: DstPolicy) -> list[Occurrence]:
     oa = w.replace(tzinfo=zone).utcoffset()
     ob = w.replace(tzinfo=zone, fold=1).utcoffset()
     wall = fmt_wall(w)

@@ -1,0 +1,101 @@
+"""Work budgets: every evaluation of an expression stops after a fixed amount of work.
+
+The engine's loops call ``charge(n)`` for each unit of work they do (a calendar year skipped, a
+candidate day examined, a wall time resolved). The unit count is deterministic, so whether a rule
+fits its budget does not depend on the machine or its load; a CPU-time guard backs it up in case
+some path is charged too little. Budgets nest: a ``next_after`` inside a preview is charged to
+both, so each has its own limit.
+
+Units are calibrated so that one unit is roughly a microsecond of CPU on a current server core;
+bench/timeexpr_costs.py prints what they cost on the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .types import ExpressionError
+
+# Validation (parse) and previews: the API answers within about 50 ms of CPU or refuses the rule.
+VALIDATION_UNITS = 30_000
+PREVIEW_UNITS = 30_000
+# One next_after call on an accepted rule. Validation asks for the next occurrence from several
+# points (parsing._PROBES) and refuses the rule if any costs more than PROBE_UNITS, so accepted
+# rules stay far below NEXT_AFTER_UNITS; a rule that still reaches it at scan time is
+# pathological and the caller should park its schedule.
+PROBE_UNITS = 2_000
+NEXT_AFTER_UNITS = 20_000
+
+# CPU guards, checked every _CPU_CHECK_EVERY units. Generous on purpose: they exist for paths that
+# are under-charged, not to make the unit budget machine-dependent.
+VALIDATION_CPU_SECONDS = 0.10
+NEXT_AFTER_CPU_SECONDS = 0.25
+_CPU_CHECK_EVERY = 1024
+
+_local = threading.local()
+
+
+class TooExpensive(ExpressionError):
+    """The expression cannot be evaluated within its work budget.
+
+    A subclass of ExpressionError (field 'expression'), so an API that already turns
+    ExpressionError into a 400 also refuses these. Raised by ``parse`` and ``preview`` for
+    rules that cost too much to validate, and by ``Rule.next_after`` when one call exceeds
+    NEXT_AFTER_UNITS: a scanner should then stop evaluating that schedule (park it with this
+    message as the reason) rather than retry it in a loop.
+    """
+
+    def __init__(self, message: str, field: str = "expression"):
+        super().__init__(f"too expensive to evaluate: {message}", field)
+
+
+class Meter:
+    __slots__ = ("what", "limit", "used", "cpu_limit", "cpu_start", "next_check")
+
+    def __init__(self, what: str, limit: int, cpu_limit: float):
+        self.what = what
+        self.limit = limit
+        self.used = 0
+        self.cpu_limit = cpu_limit
+        self.cpu_start = 0.0
+        self.next_check = _CPU_CHECK_EVERY
+
+    def __enter__(self) -> Meter:
+        self.cpu_start = time.thread_time()
+        stack = getattr(_local, "meters", None)
+        if stack is None:
+            stack = _local.meters = []
+        stack.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _local.meters.remove(self)
+
+    def cpu_used(self) -> float:
+        return time.thread_time() - self.cpu_start
+
+    def _over(self, kind: str) -> TooExpensive:
+        return TooExpensive(f"{self.what} needed more than its budget of {self.limit} work units ({kind})")
+
+
+def metered(what: str, limit: int, cpu_limit: float) -> Meter:
+    return Meter(what, limit, cpu_limit)
+
+
+def charge(n: int = 1) -> None:
+    stack = getattr(_local, "meters", None)
+    if not stack:
+        return
+    for m in stack:
+        m.used += n
+        if m.used > m.limit:
+            raise m._over("work units")
+        if m.used >= m.next_check:
+            m.next_check = m.used + _CPU_CHECK_EVERY
+            if time.thread_time() - m.cpu_start > m.cpu_limit:
+                raise m._over(f"over {m.cpu_limit * 1000:.0f} ms of CPU")
+
+
+def active() -> bool:
+    return bool(getattr(_local, "meters", None))
