@@ -336,8 +336,12 @@ def run_failover(*, faults: list[str], seed: int = 7, observe: float = 12.0, bur
 
             for n, fault in enumerate(faults):
                 schedule_ids += retry_db(lambda: make_schedules(tenant, target.url, burst_schedules, burst_minutes))
-                # Let the scanner make the burst and the workers start on it.
-                time.sleep(rng.uniform(1.0, 2.5))
+                # Let the scanner make the burst and the workers start on it; a burst that
+                # nothing picks up within 20 s is itself a stall, and shows as 0 in flight.
+                waited = _wait_in_flight(20.0)
+                time.sleep(rng.uniform(0.0, 1.0))
+                if waited > 5:
+                    log(f"fault {n}: the burst took {waited:.1f}s to be in flight")
                 _fault(cluster, fault, report, log, n, observe)
                 report.failovers += 1
 
@@ -372,6 +376,17 @@ def run_failover(*, faults: list[str], seed: int = 7, observe: float = 12.0, bur
         if keep:
             log(f"logs kept in {logdir}")
     return report
+
+
+def _wait_in_flight(timeout: float, at_least: int = 5) -> float:
+    from runs.models import Run
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if retry_db(lambda: Run.objects.filter(state="leased").count()) >= at_least:
+            break
+        time.sleep(0.05)
+    return time.monotonic() - started
 
 
 def _wait_answering(url: str, timeout: float) -> None:
@@ -425,7 +440,7 @@ def _fault(cluster: AutoFailoverCluster, fault: str, report: FailoverReport, log
     report.committed_missing += missing
     report.details += [f"fault {n} ({fault}): {p}" for p in problems]
     # Synchronous replication again before the next fault (or the drain).
-    settled = cluster.wait(cluster.settled, 120, "the old primary to rejoin as standby")
+    settled = cluster.wait_settled(120, "the old primary to rejoin as standby")
     writable_at = fault_at + timedelta(seconds=promoted)
     report.windows.append((fault_at, writable_at))
     time.sleep(max(0.0, observe - (time.monotonic() - t0 - promoted)))

@@ -159,6 +159,16 @@ class AutoFailoverCluster:
         except ProcessLookupError:
             pass
         node.popen.wait()
+        # Until the last backend is gone: one still holding the shared memory makes the restarted
+        # node's crash recovery for pg_rewind fail ("shared memory block is still in use"), and
+        # pg_auto_failover then falls back to a full clone.
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            try:
+                os.killpg(node.popen.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
 
     # -- faults -----------------------------------------------------------------------------
 
@@ -241,6 +251,29 @@ class AutoFailoverCluster:
                 return not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]
         except Exception:
             return False
+
+    def wait_settled(self, timeout: float, what: str) -> float:
+        """Until one primary and one synchronous secondary. A node that rejoins by a full clone
+        (pg_basebackup: when pg_rewind cannot be used) waits for a spread checkpoint on the
+        primary, paced over most of checkpoint_timeout; a CHECKPOINT makes the one in progress
+        finish at once, so one is asked for every few seconds while waiting."""
+        last = [time.monotonic()]
+
+        def ok():
+            if self.settled():
+                return True
+            if time.monotonic() - last[0] > 3:
+                last[0] = time.monotonic()
+                try:
+                    import psycopg
+
+                    with psycopg.connect(self.node_url(self.primary()), autocommit=True, connect_timeout=2) as c:
+                        c.execute("CHECKPOINT")
+                except Exception:
+                    pass
+            return False
+
+        return self._wait(ok, timeout, what)
 
     def _wait(self, ok, timeout: float, what: str) -> float:
         started = time.monotonic()
