@@ -8,8 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from dispatch import loops
-from dispatch.loops import reconcile_step
+from dispatch.loops import Reconciler
 
 from runs.models import Run
 from schedules import idempotency
@@ -125,6 +124,5 @@ def test_a_key_older_than_the_retention_starts_a_new_request_and_is_pruned(api, 
     assert other.status_code == 201
     # The reconcile loop's step is what prunes in production.
     IdempotencyRecord.objects.filter(key="kept-key").update(created_at=timezone.now() - timedelta(hours=30))
-    monkeypatch.setattr(loops, "_next_idempotency_prune", 0.0)
-    reconcile_step()
+    Reconciler().step()
     assert not IdempotencyRecord.objects.exists()

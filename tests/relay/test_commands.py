@@ -7,7 +7,8 @@ import pytest
 from django.core.management import call_command
 
 from dispatch import relay as relay_module
-from dispatch.management.commands.scheduler import loop_threads
+from dispatch.loops import LoopThreads
+from dispatch.management.commands.scheduler import start_loops
 from runs.models import OutboxEvent
 from tests.relay.helpers import events_for, webhook_deliveries, with_webhook
 
@@ -39,6 +40,13 @@ def test_relay_step_keeps_one_relay_per_thread(tenant, target):
         del relay_module._local.relay
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_scheduler_runs_a_relay_thread():
-    names = [t.name for t in loop_threads(threading.Event())]
+    stop = threading.Event()
+    loops = LoopThreads(stop)
+    start_loops(loops)
+    names = [t.name for t in loops.threads]
+    stop.set()
+    loops.join(10)
     assert names == ["scan", "reconcile", "relay"]
+    assert not loops.died

@@ -1,0 +1,148 @@
+"""The storage seam's contract: the same calls give the same results and the same return shapes on
+both engines (this file runs in both passes of `python -m tests`; on PostgreSQL `store()` is the
+single-statement PostgresStore, on SQLite the ORM's PortableStore)."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+
+from runs import decisions, queue
+from runs.decisions import Claimed, Result
+from runs.models import Attempt, Occurrence, OutboxEvent, Run
+from runs.store import store
+from runs.store.portable import PortableStore
+from scheduler_project.dbclock import db_now
+from schedules.services import SYSTEM
+from schedules.tenants import set_notification_url
+from tests.helpers import make_due, make_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_store_is_chosen_once_for_the_engine():
+    from django.db import connection
+
+    assert store() is store()
+    assert isinstance(store(), PortableStore)
+    assert (type(store()).__name__ == "PostgresStore") == (connection.vendor == "postgresql")
+
+
+def made_triples(schedule, n=2):
+    version = schedule.current
+    now = db_now().replace(microsecond=0)
+    occs = [decisions.manual_occurrence(version, now - timedelta(minutes=i)) for i in range(n)]
+    return [decisions.build_run(schedule, version, o, state="ready", reason="", eligible_at=o.at, kind="scheduled",
+                                now=now) for o in occs], now
+
+
+def test_insert_runs_makes_each_occurrence_once_and_returns_the_ids_it_made(tenant, target):
+    schedule = make_schedule(tenant, target.url + "/x")
+    triples, now = made_triples(schedule)
+    with transaction.atomic():
+        made = store().insert_runs(triples, stamp=now, now=now)
+    assert made == {str(t[1].id) for t in triples} and all(isinstance(i, str) for i in made)
+    again, _ = made_triples(schedule)  # the same instants, new ids
+    with transaction.atomic():
+        assert store().insert_runs(again, stamp=now, now=now) == set()
+    assert Run.objects.count() == Occurrence.objects.count() == 2
+    created = OutboxEvent.objects.filter(kind="run.created")
+    assert created.count() == 2
+    # A tenant without a webhook has nobody to deliver to: its events are written published.
+    assert all(e.published_at is not None for e in created)
+
+
+def claim_one(tenant, target, *, webhook=False) -> Claimed:
+    if webhook:
+        set_notification_url(tenant, target.url + "/events", by=SYSTEM)
+    make_due(make_schedule(tenant, target.url + "/job", max_attempts=3))
+    queue.materialise_due(batch=10)
+    with transaction.atomic():
+        (c,) = store().claim_due(worker="w-1", limit=10, lease_seconds=30, shift=0)
+    return c
+
+
+def test_a_claim_leases_opens_the_attempt_and_returns_everything_the_call_needs(tenant, target):
+    c = claim_one(tenant, target, webhook=True)
+    run = Run.objects.get(id=c.run_id)
+    assert (run.state, run.generation, run.attempts_used, run.lease_owner) == ("leased", 1, 1, "w-1")
+    assert run.lease_until > db_now() + timedelta(seconds=20)
+    assert (c.generation, c.attempts_used, c.max_attempts) == (1, 1, 3)
+    assert Attempt.objects.get(id=c.attempt_id).generation == 1
+    url, method, headers, timeout, payload = c.target
+    assert url == target.url + "/job" and method == "POST" and isinstance(headers, str) and isinstance(payload, str)
+    assert tuple(c.policy) == (1.0, 300.0, "allow")
+    assert (c.run_text, c.schedule_text, c.scheduled_text) == (str(c.run_id), str(c.schedule_id),
+                                                                decisions.iso(run.scheduled_time))
+    leased = OutboxEvent.objects.get(run_id=c.run_id, kind="run.leased")
+    assert leased.payload == {"runId": str(c.run_id), "generation": 1, "workerId": "w-1", "state": "leased"}
+    assert leased.published_at is None  # this tenant has a webhook: the relay delivers it
+
+
+def test_heartbeats_extend_only_leases_still_held(tenant, target):
+    c = claim_one(tenant, target)
+    with transaction.atomic():
+        owned = store().extend_leases([(c.run_id, c.generation), (c.run_id, c.generation + 1)], worker="w-1",
+                                      lease_seconds=60)
+    assert owned == {(c.run_id, c.generation)}
+    with transaction.atomic():
+        assert store().extend_leases([(c.run_id, c.generation)], worker="w-other", lease_seconds=60) == set()
+
+
+def test_complete_applies_a_held_result_and_keeps_a_fenced_one_as_evidence(tenant, target):
+    c = claim_one(tenant, target)
+    ok = decisions.Decided(Result(c, "succeeded", http_status=200, latency_ms=12, response_excerpt="ok"), "succeeded",
+                           None)
+    stale = Claimed(**{**c.__dict__, "generation": c.generation + 7})
+    late = decisions.Decided(Result(stale, "failed", retryable=True, http_status=503, error="busy"), "ready", 1.0)
+    with transaction.atomic():
+        applied, now = store().complete([ok, late])
+    assert applied == {(str(c.run_id), c.generation)}
+    assert now is not None
+    run = Run.objects.get(id=c.run_id)
+    assert (run.state, run.last_error, run.lease_until) == ("succeeded", "", None) and run.finished_at is not None
+    a = Attempt.objects.get(id=c.attempt_id)
+    assert (a.outcome, a.http_status, a.latency_ms, a.response_excerpt) == ("succeeded", 200, 12, "ok")
+    assert a.late_result["outcome"] == "failed" and a.late_result["httpStatus"] == 503 and "receivedAt" in a.late_result
+    ev = OutboxEvent.objects.get(run_id=c.run_id, kind="run.succeeded")
+    assert ev.payload == {"runId": str(c.run_id), "generation": 1, "state": "succeeded", "nextEligibleAt": None,
+                          "outcome": "succeeded", "httpStatus": 200, "errorClass": None, "error": None, "latencyMs": 12}
+
+
+def test_a_retryable_failure_sets_the_backoff_and_its_error(tenant, target):
+    c = claim_one(tenant, target)
+    d = decisions.Decided(Result(c, "failed", retryable=True, http_status=503), "ready", 30.0)
+    with transaction.atomic():
+        applied, now = store().complete([d])
+    run = Run.objects.get(id=c.run_id)
+    assert (run.state, run.last_error, run.finished_at) == ("ready", "HTTP 503", None)
+    assert timedelta(seconds=29) < run.next_eligible_at - now < timedelta(seconds=31)
+    assert OutboxEvent.objects.filter(run_id=c.run_id, kind="run.retry_scheduled").count() == 1
+
+
+def test_release_unstarted_gives_runs_back_without_using_an_attempt(tenant, target):
+    c = claim_one(tenant, target)
+    with transaction.atomic():
+        released = store().release_unstarted([c], now=db_now())
+    assert [r.run_id for r in released] == [c.run_id]
+    run = Run.objects.get(id=c.run_id)
+    assert (run.state, run.attempts_used, run.generation) == ("ready", 0, 1)
+    assert Attempt.objects.get(id=c.attempt_id).outcome == "abandoned"
+    with transaction.atomic():
+        assert store().release_unstarted([c], now=db_now()) == []  # no longer held: fenced
+
+
+def test_cancel_unstarted_and_skip_unclaimed_write_their_events(tenant, target):
+    schedule = make_schedule(tenant, target.url + "/x")
+    triples, now = made_triples(schedule, n=3)
+    with transaction.atomic():
+        store().insert_runs(triples, stamp=now, now=now)
+    ids = [t[1].id for t in triples]
+    with transaction.atomic():
+        assert store().skip_unclaimed(ids[:1], now=now, reason="misfire") == 1
+    with transaction.atomic():
+        assert store().cancel_unstarted(schedule.id, now=now, reason="paused") == 2
+    states = dict(Run.objects.values_list("id", "state"))
+    assert [states[i] for i in ids] == ["skipped", "canceled", "canceled"]
+    assert OutboxEvent.objects.filter(kind="run.skipped").count() == 1
+    assert OutboxEvent.objects.filter(kind="run.canceled", payload__reason="paused").count() == 2
