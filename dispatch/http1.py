@@ -2,11 +2,10 @@
 at a time per connection, responses parsed by httptools (llhttp, the parser Node.js and uvicorn
 use).
 
-Why not aiohttp here: measured on the 2-core development machine against a local target that
-answers at once (bench/safehttp_bench.py), aiohttp's client spent ~400 µs of CPU per call, and in
-the 100,000-run burst it was half of the worker's CPU, the largest single cost on the machine.
-SafeClient on this transport spends ~75 µs per call: a call is one write of pre-joined bytes, one parse and
-one future, with no per-call session, tracing, cookie or stream-reader objects.
+Why not aiohttp here: in a burst its client was the largest single CPU cost of the worker, several
+times what this transport costs per call (bench/safehttp_bench.py measures both; the figures are
+in docs/dispatch.md). A call here is one write of pre-joined bytes, one parse and one future, with
+no per-call session, tracing, cookie or stream-reader objects.
 
 What stays with SafeClient (dispatch/safehttp.py): the URL allowlist, header rules, the address
 policy, result classification. What is here: resolution through the caller's resolver with only

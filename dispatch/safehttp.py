@@ -1,6 +1,7 @@
 """The one outbound HTTP layer: every call to a tenant target and every webhook goes through here.
 
-What it guarantees, whatever the URL or DNS says (runs.md, "Calling the target"):
+What it guarantees, whatever the URL or DNS says (docs/dispatch.md explains each; docs/api.md, "On
+the target side", is what a target sees):
 
 - the URL is http(s), has no userinfo, and starts with one of the tenant's allowed prefixes,
   compared on parsed components (see ``url_allowed``);

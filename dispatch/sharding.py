@@ -1,4 +1,4 @@
-"""Scanner shard ownership, leased in the database (operations.md).
+"""Scanner shard ownership, leased in the database (README, "Production set-up").
 
 `scan --shards N --shard I`: the copy prefers shard I and takes it back from whoever borrowed it;
 it also borrows any shard whose lease has expired (its holder died), so every shard is scanned

@@ -1,9 +1,9 @@
 """The worker: claim runs in batches, call their targets concurrently on asyncio, report results
 in batches.
 
-Why this shape: an HTTP call through the asyncio transport (dispatch/http1.py) costs ~75 µs of
-CPU, against ~400 µs through aiohttp's client and ~880 µs through requests (docs/dispatch.md),
-and per-run commits cost 10-15x batched ones. So the event loop only makes HTTP calls; every
+Why this shape: an HTTP call through the asyncio transport (dispatch/http1.py) costs a fraction of
+the CPU of aiohttp's or requests' clients, and per-run commits cost many times batched ones
+(docs/dispatch.md has the measurements). So the event loop only makes HTTP calls; every
 database step runs on one of two dedicated threads ("lanes"), each owning its own connection:
 claims on one, results and heartbeats on the other. Each step handles a whole batch. No lock is
 held while a target is called: the claim commits before the first call starts.

@@ -1,4 +1,4 @@
-"""Occurrences, runs, attempts and the outbox: the durable side of scheduling (runs.md).
+"""Occurrences, runs, attempts and the outbox: the durable side of scheduling (docs/failure-model.md).
 
 State rules live in the database as check constraints. Every transition is decided once in
 `runs.decisions` and applied by one entry point (`runs.queue` for the loops' batches,
@@ -23,7 +23,7 @@ class RunState(models.TextChoices):
     SKIPPED = "skipped"
 
 
-# A terminal run changes only through an explicit manual retry (runs.md invariant 5).
+# A terminal run changes only through an explicit manual retry (invariant 5 of docs/failure-model.md).
 TERMINAL_STATES = tuple(s.value for s in (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELED, RunState.SKIPPED))
 
 
@@ -232,8 +232,8 @@ class OutboxEvent(models.Model):
     # An event is history: the queue statements write it from the RETURNING of the run's own
     # update, so its run and tenant exist when it is written, and it must not stop a run or
     # tenant from being removed later (retention, partition drops). So no database foreign keys
-    # here: they cost five trigger queries per run on the hot path (bench/queue_profile.py:
-    # ~15% of PostgreSQL's CPU per run). The relay reaches the tenant by its primary key.
+    # here: they cost five trigger queries per run on the hot path (bench/queue_profile.py
+    # measures the share). The relay reaches the tenant by its primary key.
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", null=True, db_constraint=False)
     kind = models.CharField(max_length=40)  # run.created, run.leased, run.succeeded, ...

@@ -18,7 +18,7 @@ from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersi
 from schedules.targets import target_header_problems, url_allowed
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
-# version (time.md "Editing").
+# version (docs/time-semantics.md, "Editing").
 VERSIONED_DEFAULTS = {
     "name": "",
     "expression": None,

@@ -184,7 +184,7 @@ CONNECTION_HEADERS = frozenset({
 # Proxy-Authorization and the rest of the family are for a proxy, and calls never use one.
 _PROXY_PREFIX = "proxy-"
 
-# What the scheduler sets on every call (runs.md "Calling the target"): a schedule may not
+# What the scheduler sets on every call (docs/api.md, "On the target side"): a schedule may not
 # override them, or a target could no longer trust the run id, fencing token or signature.
 SCHEDULER_HEADERS = frozenset({"content-type", "idempotency-key"})
 SCHEDULER_PREFIX = "x-scheduler-"

@@ -1,4 +1,4 @@
-"""Runs over HTTP (api.md): list, read a run with its attempts, retry, cancel."""
+"""Runs over HTTP (docs/api.md): list, read a run with its attempts, retry, cancel."""
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema

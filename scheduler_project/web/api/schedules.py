@@ -1,4 +1,4 @@
-"""Schedules, expressions, API keys and the audit log over HTTP (api.md). Views only translate:
+"""Schedules, expressions, API keys and the audit log over HTTP (docs/api.md). Views only translate:
 every change is a service call, and every object is looked up inside the caller's tenant."""
 
 from datetime import timedelta, timezone
