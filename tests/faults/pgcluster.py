@@ -7,8 +7,8 @@ Needs the Debian packages `pg-auto-failover-cli` and `postgresql-<major>-auto-fa
 
 Failover detection is tuned down from the production defaults (health checks every 5 s,
 a node unhealthy after 20 s, 30 s for a lost primary to demote itself) to about a second each,
-so a SIGKILLed primary is replaced in ~6 s and the suite stays short. docs/failure-model.md says
-what the defaults give in production.
+so a SIGKILLed primary is replaced within seconds and the suite stays short (bench/README.md has
+the measured times; docs/failure-model.md says what the defaults give in production).
 """
 
 import glob
@@ -129,8 +129,8 @@ class AutoFailoverCluster:
             self._wait(lambda: self.settled(want), timeout, f"{node.name} to join")
             if i == 0:
                 # pg_basebackup asks for a spread checkpoint, paced over most of
-                # checkpoint_timeout: after CREATE DATABASE dirtied ~4,000 buffers that took
-                # 90 s. Flushed now, the standby's clone starts at once.
+                # checkpoint_timeout, and CREATE DATABASE has just dirtied thousands of buffers.
+                # Flushed now, the standby's clone starts at once.
                 import psycopg
 
                 with psycopg.connect(self.node_url(node), autocommit=True) as c:
