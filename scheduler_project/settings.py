@@ -8,6 +8,8 @@ from pathlib import Path
 
 import environ
 
+from scheduler_project.database_url import parse_database_url
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("SCHEDULER_VAR_DIR", default=str(BASE_DIR / "var")))
 
@@ -77,7 +79,9 @@ WSGI_APPLICATION = "scheduler_project.wsgi.application"
 # --- database -------------------------------------------------------------------------------
 EMBEDDED_DATABASE_PATH = VAR_DIR / "scheduler.sqlite3"
 if env.str("DATABASE_URL", default=""):
-    DATABASES = {"default": env.db("DATABASE_URL")}
+    # libpq's own parsing: a multi-host URL (pg_auto_failover) keeps one port per host, and
+    # target_session_attrs=read-write is the default with several hosts (docs/failure-model.md).
+    DATABASES = {"default": parse_database_url(env.str("DATABASE_URL"))}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

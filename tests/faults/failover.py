@@ -179,7 +179,7 @@ def scheduler_env(url: str, **extra) -> dict:
     return {
         **os.environ,
         "DATABASE_URL": url,
-        "DJANGO_SETTINGS_MODULE": "tests.faults.settings_multihost",
+        "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
         "SCHEDULER_ALLOW_DEV_SECRET": "1",
         "SCHEDULER_LEASE_SECONDS": str(LEASE_SECONDS),
         "SCHEDULER_RECONCILE_SECONDS": "0.5",
