@@ -382,7 +382,7 @@ def count_outcome(report: Report, *, schedule_ids, bounds: dict, deliveries, log
 
 def count_audit_violations(log=print) -> int:
     """Every invariant of runs.md, checked by the same code as `manage.py audit`."""
-    from dispatch.audit import run_all
+    from dispatch.invariants import run_all
 
     errors = [v for v in run_all() if v.severity == "error"]
     for v in errors:

@@ -1,30 +1,4 @@
-import json
+"""`manage.py audit`: the name the operations contract gives the invariant checker. It is
+`check_invariants` (in this code base "audit" is the audit log of who changed what)."""
 
-from django.core.management.base import BaseCommand
-
-from dispatch import audit
-
-
-class Command(BaseCommand):
-    help = "Check the invariants of runs.md against the database; exit 1 and list each violation if any."
-
-    def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-        parser.add_argument("--limit", type=int, default=audit.DEFAULT_LIMIT, help="ids listed per check")
-
-    def handle(self, *args, **options):
-        found = audit.run_all(limit=options["limit"])
-        if options["json"]:
-            self.stdout.write(json.dumps({"violations": [v.as_dict() for v in found], "count": len(found)}, indent=2))
-        else:
-            for v in found:
-                more = f" (first {len(v.ids)} of {v.count})" if v.count > len(v.ids) else ""
-                self.stdout.write(
-                    f"invariant {v.invariant} [{v.severity}] {v.check}: {v.count} - {v.message}{more}\n  "
-                    + "\n  ".join(v.ids)
-                )
-            self.stdout.write(f"{len(found)} violations" if found else "0 violations")
-        if found:
-            # BaseCommand has no exit-status hook short of raising; SystemExit keeps the output
-            # above intact (CommandError would add its own message on stderr).
-            raise SystemExit(1)
+from dispatch.management.commands.check_invariants import Command  # noqa: F401

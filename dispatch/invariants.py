@@ -1,9 +1,10 @@
-"""The invariants of runs.md, checked against the database.
+"""The invariants of the run model (docs/failure-model.md, "What the invariant checker checks"),
+checked against the database (`manage.py check_invariants`, also `manage.py audit`).
 
 Each check is one SQL statement, so on PostgreSQL it reads one consistent snapshot: a transition
 writes its run, attempt and outbox rows in one transaction, and a single statement sees all of
 them or none, so a check never reports a transition that was half-visible while it read. Each
-check returns at most `limit` ids (ordered, so two audits of one state agree) and the total count
+check returns at most `limit` ids (ordered, so two checks of one state agree) and the total count
 (`COUNT(*) OVER ()` before the limit), so the output stays small however broken the data is.
 
 Cost: invariants 1 and 2 scan the occurrence, run and attempt history (they are about every row);
@@ -63,7 +64,7 @@ class Violation:
 
 @dataclass
 class Context:
-    """What the checks compare against, taken once per audit from the database clock."""
+    """What the checks compare against, taken once per check run from the database clock."""
 
     now: datetime
     limit: int = DEFAULT_LIMIT

@@ -7,7 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from dispatch import audit
+from dispatch import invariants
 from dispatch.loops import drain, reconcile_step, scan_step
 from dispatch.relay import Relay
 from dispatch.worker import run_worker
@@ -73,7 +73,7 @@ def test_a_full_cycle_leaves_no_violations(tenant, target):
         relay.close()
     assert len([d for d in target.deliveries if d["path"] == "/events"]) > 10
 
-    assert audit.run_all() == []
+    assert invariants.run_all() == []
     code, out = audit_command()
     assert (code, out.strip()) == (0, "0 violations")
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from dispatch import audit
+from dispatch import invariants
 from dispatch.loops import drain, scan_step
 from runs import queue
 from runs.models import Attempt, Occurrence, OutboxEvent, Run
@@ -23,13 +23,13 @@ pytestmark = [
 
 
 def checks(name):
-    return audit.CHECKS[name](audit.Context(now=db_now()))
+    return invariants.CHECKS[name](invariants.Context(now=db_now()))
 
 
 def found(name):
     """{check: set of ids} over the whole audit, so a test also sees what else its corruption
     tripped."""
-    return {v.check: set(v.ids) for v in audit.run_all()}
+    return {v.check: set(v.ids) for v in invariants.run_all()}
 
 
 def ready_run(tenant, target, path="/ok"):
@@ -54,7 +54,7 @@ def succeeded_run(tenant, target, path="/ok"):
 def test_a_healthy_database_has_no_violations(tenant, target):
     leased_run(tenant, target, "/a")
     succeeded_run(tenant, target, "/b")
-    assert audit.run_all() == []
+    assert invariants.run_all() == []
 
 
 def test_it_finds_a_duplicate_occurrence(tenant, target):
@@ -163,7 +163,7 @@ def test_a_manual_retry_after_a_terminal_event_is_allowed(tenant, target):
     queue.complete([queue.Result(claimed=c2, outcome="succeeded", http_status=200)])
     assert list(OutboxEvent.objects.filter(run=run).order_by("id").values_list("kind", flat=True)) == [
         "run.created", "run.leased", "run.dead", "run.retried", "run.leased", "run.succeeded"]
-    assert audit.run_all() == []
+    assert invariants.run_all() == []
 
 
 def test_it_finds_a_terminal_run_changed_behind_the_outbox(tenant, target):
@@ -201,9 +201,9 @@ def test_a_cancel_in_flight_counts_as_the_abandoned_attempts_event(tenant, targe
 
     s, run, c = leased_run(tenant, target)
     cancel_run(run, by=ACTOR)
-    assert audit.run_all() == []
+    assert invariants.run_all() == []
     OutboxEvent.objects.filter(run=run, kind="run.canceled").delete()
-    assert {v.check for v in audit.run_all()} == {"result_without_event", "state_without_event"}
+    assert {v.check for v in invariants.run_all()} == {"result_without_event", "state_without_event"}
 
 
 def test_events_older_than_the_retention_are_not_judged(tenant, target, settings):
@@ -254,5 +254,5 @@ def test_output_is_bounded_and_counts_everything(tenant, target):
     for i in range(5):
         ready_run(tenant, target, f"/r{i}")
     Schedule.objects.update(next_run_at=None)
-    (v,) = audit.CHECKS["schedules_left_behind"](audit.Context(now=db_now(), limit=2))
+    (v,) = invariants.CHECKS["schedules_left_behind"](invariants.Context(now=db_now(), limit=2))
     assert v.count == 5 and len(v.ids) == 2 and v.ids == sorted(v.ids)
