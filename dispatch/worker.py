@@ -75,8 +75,9 @@ class TargetCache:
     def __init__(self):
         self.versions: dict[int, Target] = {}
         self.tenants: dict[object, tuple[float, TenantAuth]] = {}
-        # A call must end before its lease can: the longest timeout is the lease less 5 s.
-        self.max_timeout = float(max(1, settings.SCHEDULER_LEASE_SECONDS - 5))
+        # A call may outlast one lease: the heartbeater extends leases while it runs, and cancels
+        # a call whose lease is lost. This cap only guards versions stored under a higher limit.
+        self.max_timeout = float(max(1, settings.SCHEDULER_MAX_TIMEOUT_SECONDS))
 
     def _timeout(self, seconds) -> float:
         return min(float(seconds), self.max_timeout)

@@ -197,6 +197,10 @@ SCHEDULER_SHUTDOWN_GRACE_SECONDS = env.float("SCHEDULER_SHUTDOWN_GRACE_SECONDS",
 SCHEDULER_WORKER_CONCURRENCY = env.int("SCHEDULER_WORKER_CONCURRENCY", default=256)
 # "uvloop" (default, when installed) or "asyncio": the worker's event loop.
 SCHEDULER_WORKER_LOOP = env.str("SCHEDULER_WORKER_LOOP", default="uvloop")
+# A target call's time limit: the default when a schedule gives none, and the most it may ask for.
+# A call may outlast its lease: the worker's heartbeats keep the lease, and a worker that loses it
+# (canceled, or expired while its database was away) abandons the call.
+SCHEDULER_MAX_TIMEOUT_SECONDS = env.int("SCHEDULER_MAX_TIMEOUT_SECONDS", default=1800)
 SCHEDULER_DEFAULT_TIMEOUT_SECONDS = env.int("SCHEDULER_DEFAULT_TIMEOUT_SECONDS", default=30)
 SCHEDULER_MAX_BACKFILL = env.int("SCHEDULER_MAX_BACKFILL", default=1000)
 SCHEDULER_HORIZON_SECONDS = env.int("SCHEDULER_HORIZON_SECONDS", default=10)

@@ -27,7 +27,7 @@ VERSIONED_DEFAULTS = {
     "target_url": None,
     "target_method": "POST",
     "target_headers": {},
-    "target_timeout_seconds": 30,
+    "target_timeout_seconds": None,  # the deployment's default: default_timeout_seconds()
     "misfire_policy": "run_once",
     "catchup_limit": 10,
     "misfire_grace_seconds": 60,
@@ -57,6 +57,18 @@ class Actor:
 SYSTEM = Actor("system")
 
 
+def max_timeout_seconds() -> int:
+    """The longest time limit a target call may have. Not tied to the lease: the worker's
+    heartbeats keep a lease for as long as its call runs."""
+    return max(1, settings.SCHEDULER_MAX_TIMEOUT_SECONDS)
+
+
+def default_timeout_seconds() -> int:
+    """The time limit of a schedule that gives none, within what may be asked for: a default the
+    client never sent must never be the reason its request is refused."""
+    return max(1, min(settings.SCHEDULER_DEFAULT_TIMEOUT_SECONDS, max_timeout_seconds()))
+
+
 def payload_size(payload) -> int:
     return len(json.dumps(payload, separators=(",", ":")).encode())
 
@@ -82,6 +94,9 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime) -> object:
     """Check a full set of versioned fields; returns the parsed rule. Raises ValidationFailed with
     every field error found, so a client can fix them all at once."""
     errors: dict[str, list[str]] = {}
+    if fields.get("target_timeout_seconds") is None:
+        # Filled here, where every create passes, so each caller gets the same clamped default.
+        fields["target_timeout_seconds"] = default_timeout_seconds()
 
     def err(field, message):
         errors.setdefault(field, []).append(message)
@@ -105,9 +120,9 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime) -> object:
         err("target", f"method must be one of {', '.join(TARGET_METHODS)}")
     for problem in target_header_problems(fields["target_headers"]):
         err("target", problem)
-    timeout_cap = max(1, settings.SCHEDULER_LEASE_SECONDS - 5)
+    timeout_cap = max_timeout_seconds()
     if not 1 <= fields["target_timeout_seconds"] <= timeout_cap:
-        err("target", f"timeoutSeconds must be between 1 and {timeout_cap} (below the lease)")
+        err("target", f"timeoutSeconds must be between 1 and {timeout_cap} ({timeout_cap // 60} minutes)")
     if fields["backoff_base_seconds"] <= 0 or fields["backoff_max_seconds"] < fields["backoff_base_seconds"]:
         err("retryPolicy", "backoffBaseSeconds must be > 0 and backoffMaxSeconds >= backoffBaseSeconds")
     if not 1 <= fields["max_attempts"] <= 100:
