@@ -1,0 +1,81 @@
+"""Request bodies are bounded before anything reads them.
+
+DRF's JSON parsing reads `request.body` whole before a parser sees it, and Django reads it whole
+up to DATA_UPLOAD_MAX_MEMORY_SIZE (then raises, which a DRF view turned into a 500). So the size
+is decided here, first, from the Content-Length alone: over the limit is a 413 and not a byte of
+the body is read (the API's limit is `max_request_bytes()`; other pages', the form limit).
+
+A chunked body has no Content-Length, and Django reads it as empty (a create then failed with
+"expression required"). Where the server has de-chunked the body and marks the input as
+terminated (gunicorn sets `wsgi.input_terminated`), it is read here under the same bound, at
+most limit + 1 bytes, and handed on with its length; under a server that does not (Django's
+runserver), it is refused with 411 Length Required, which says what to send instead.
+"""
+
+import io
+
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse
+
+
+
+def max_request_bytes() -> int:
+    """The API's raw body limit. The payload limit (SCHEDULER_MAX_PAYLOAD_BYTES) is checked exactly
+    by the service on the compact JSON of `payload`; the raw body also carries the other fields and
+    whatever whitespace the client's encoder adds, so by default it gets twice that plus 64 KiB of
+    headroom. It exists so that a huge body is refused without being read."""
+    explicit = getattr(settings, "SCHEDULER_MAX_REQUEST_BYTES", None)
+    if explicit:
+        return int(explicit)
+    return 2 * settings.SCHEDULER_MAX_PAYLOAD_BYTES + 65536
+
+
+def _limit(path: str) -> int:
+    return max_request_bytes() if path.startswith("/api/") else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def _refuse(request, status: int, message: str):
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": message}, status=status)
+    return HttpResponse(message + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+class RequestBodyLimitMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        refused = self.check(request)
+        return refused if refused is not None else self.get_response(request)
+
+    def check(self, request):
+        meta = request.META
+        limit = _limit(request.path)
+        raw_length = meta.get("CONTENT_LENGTH") or ""
+        chunked = "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if chunked and not raw_length:
+            return self._read_chunked(request, limit)
+        if not raw_length:
+            return None
+        try:
+            length = int(raw_length)
+        except ValueError:
+            length = -1
+        if length < 0:
+            return _refuse(request, 400, "Content-Length must be a whole number of bytes")
+        if length > limit:
+            return _refuse(request, 413, f"the request body is {length} bytes; the limit is {limit} bytes")
+        return None
+
+    def _read_chunked(self, request, limit: int):
+        if not request.META.get("wsgi.input_terminated"):
+            return _refuse(request, 411, "send the request body with a Content-Length header "
+                                         "(a chunked body is not accepted by this server)")
+        body = request.META["wsgi.input"].read(limit + 1)
+        if len(body) > limit:
+            return _refuse(request, 413, f"the request body is over the limit of {limit} bytes")
+        # Django sized the request's stream from the missing Content-Length (empty); hand the
+        # body on as if it had been sent with one, which is all a parser downstream looks at.
+        request.META["CONTENT_LENGTH"] = str(len(body))
+        request._stream = io.BytesIO(body)
+        return None
