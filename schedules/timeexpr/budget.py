@@ -24,7 +24,7 @@ PREVIEW_UNITS = 30_000
 # points (parsing._PROBES) and refuses the rule if any costs more than PROBE_UNITS, so accepted
 # rules stay far below NEXT_AFTER_UNITS; a rule that still reaches it at scan time is
 # pathological and the caller should park its schedule.
-PROBE_UNITS = 2_000
+PROBE_UNITS = 1_000
 NEXT_AFTER_UNITS = 20_000
 
 # CPU guards, checked every _CPU_CHECK_EVERY units. Generous on purpose: they exist for paths that

@@ -188,7 +188,10 @@ class CronWalls:
             return ALL_DAYS if len(self.dows) == 7 else WeekdayDays(self.dows)
         key = ("cron", self.months, self.doms, self.dom_L, self.dom_LW, self.dows, self.dow_last,
                self.dow_nth, self.day_and)
-        return shared(key, lambda: DaySearch(self._days_of))
+        search = shared(key, lambda: DaySearch(self._days_of))
+        # Every year shape's days now (shared, once per filter), so no later next_after pays it.
+        search.ever()
+        return search
 
     def _dom_ok(self, d: int, mlen: int, first_wd: int) -> bool:
         return (d in self.doms or (self.dom_L and d == mlen)

@@ -157,7 +157,7 @@ class WallRule(Rule):
         margin = self._margin
         local = after.astimezone(zone)
         w = local.replace(tzinfo=None)
-        lo = max(after - margin, MIN_INSTANT)
+        lo = MIN_INSTANT if after - MIN_INSTANT < margin else after - margin
         if self._change_in(lo, _add(after, margin), offset_at(zone, lo)) is None:
             wall = self.walls.next(w, False)
         else:

@@ -161,7 +161,8 @@ def first_change(zone: ZoneInfo, lo: datetime, hi: datetime, off_lo: timedelta) 
 
 
 def fmt_wall(w: datetime) -> str:
-    return w.strftime("%Y-%m-%dT%H:%M:%S")
+    # isoformat, not strftime: strftime does not pad years below 1000 on every platform.
+    return w.replace(microsecond=0).isoformat()
 
 
 def _hm(w: datetime) -> str:
