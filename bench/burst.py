@@ -55,13 +55,20 @@ def _load(s, k, t):
 
 
 def one_run(args, cfg, sets, target, n, tag):
-    t = load(sets, n, args.lead, via_scanner=args.scanners > 0)
+    t = load(sets, n, args.lead, via_scanner=args.scanners > 0 or args.scheduler)
     procs = C.Procs(args.database, {"SCHEDULER_POLL_SECONDS": args.poll})
-    scanners = [procs.start("scan", "--shard", str(i), "--shards", str(args.scanners), name=f"scan-{tag}{i}")
-                for i in range(args.scanners)]
-    loops = [procs.start(name, name=f"{name}-{tag}") for name in (("relay", "reconcile") if args.with_loops else ())]
-    procs.start_workers(cfg, tag=tag)
-    procs.wait_connected("scheduler-work", cfg.workers)
+    if args.scheduler:
+        # The all-in-one command as small deployments and the quickstart run it, on its defaults:
+        # its own scanner makes the runs, its worker calls them.
+        scanners, loops = [], []
+        procs.start("scheduler", name=f"scheduler-{tag}")
+        procs.wait_connected("scheduler-scheduler", 1)
+    else:
+        scanners = [procs.start("scan", "--shard", str(i), "--shards", str(args.scanners), name=f"scan-{tag}{i}")
+                    for i in range(args.scanners)]
+        loops = [procs.start(name, name=f"{name}-{tag}") for name in (("relay", "reconcile") if args.with_loops else ())]
+        procs.start_workers(cfg, tag=tag)
+        procs.wait_connected("scheduler-work", cfg.workers)
     if scanners:
         procs.wait_connected("scheduler-scan", len(scanners))
     now = C.db_now()
@@ -72,7 +79,7 @@ def one_run(args, cfg, sets, target, n, tag):
     # Each worker opens its other sessions (second database lane, LISTEN) as it starts: list the
     # backends just before the instant so the meter sees all of them.
     time.sleep(max(0, (t - now).total_seconds() - 1.0))
-    backends = C.backend_pids("scheduler-work")
+    backends = C.backend_pids("scheduler-work") + C.backend_pids("scheduler-scheduler")
     meter = C.CpuMeter()
     groups = {"workers": [p.pid for p in procs.procs if p not in scanners and p not in loops],
               "their PG backends": backends, "target": [p.pid for p in target.procs]}
@@ -86,7 +93,7 @@ def one_run(args, cfg, sets, target, n, tag):
     wal0 = C.sql("SELECT pg_current_wal_lsn()")[0][0]
     wait = (t - C.db_now()).total_seconds()
     time.sleep(max(0, wait - 0.05))
-    if scanners:
+    if scanners or args.scheduler:
         # Until the scanners have made every run, an empty queue is not the end.
         C.wait_until(lambda: C.sql("SELECT count(*) FROM runs_run")[0][0] >= n, timeout=args.timeout)
         ready = C.sql("SELECT count(*) FILTER (WHERE created_at <= %s), extract(epoch FROM max(created_at) - %s) "
@@ -103,8 +110,9 @@ def one_run(args, cfg, sets, target, n, tag):
     r["delivered"] = target.count() - delivered0
     r["attempts"] = C.sql("SELECT count(*) FROM runs_attempt")[0][0]
     r["rss"] = hwm[len(scanners) + len(loops):]
-    if scanners:
+    if scanners or args.scheduler:
         r["made_before"], r["last_made"] = ready[0], float(ready[1])
+        r["made_after_T"] = n - ready[0]
     r["cpu"] = cpu
     r["wal_per_run"] = float(wal) / n
     r["done"] = done
@@ -122,8 +130,8 @@ def describe(r):
         f"succeeded {r['succeeded']}/{r['runs']}, delivered {r['delivered']}, attempts {r['attempts']}, "
         f"peak RSS/worker {', '.join(C.fmt(x, '', 0) for x in r['rss'])} MiB, "
         f"WAL while dispatching {r['wal_per_run'] / 1024:.1f} KiB/run"
-        + (f", made by the scanners: {r['made_before']} before T, the last {r['last_made']:+.2f}s after T"
-           if "made_before" in r else "")
+        + (f", made by the scanners: {r['made_before']} before T (made_after_T={r['made_after_T']}), "
+           f"the last {r['last_made']:+.2f}s after T" if "made_before" in r else "")
         + ("" if r["done"] else "  [TIMED OUT]")
     )
 
@@ -143,6 +151,9 @@ def main():
     ap.add_argument("--scanners", type=int, default=0,
                     help="0: runs are loaded ready; K > 0: only the schedules are made due at T, and K real "
                          "`manage.py scan --shard i --shards K` processes materialise them (the whole path)")
+    ap.add_argument("--scheduler", action="store_true",
+                    help="one `manage.py scheduler` (scanner, worker, reconciler and relay in one command, on its "
+                         "defaults) instead of separate scan and work processes; --configs is then ignored")
     ap.add_argument("--with-loops", action="store_true",
                     help="also run `manage.py relay` and `manage.py reconcile`, as a deployment does (the relay "
                          "publishes or marks every event the burst writes)")
@@ -190,6 +201,8 @@ def main():
             rss = [x for r in rs for x in r["rss"] if x]
             print(f"    peak RSS/worker median {C.fmt(C.median(rss), ' MiB', 0)}, max {C.fmt(max(rss) if rss else None, ' MiB', 0)}")
             ok = all(r["succeeded"] == args.runs == r["delivered"] == r["attempts"] for r in rs)
+            if "made_after_T" in rs[0]:
+                print(f"    made_after_T   {C.spread([r['made_after_T'] for r in rs], 0)}  (goal 0: every run made before its instant)")
             print(f"    delivery check {'OK: every run succeeded once, the target answered exactly N requests' if ok else 'MISMATCH (see lines above)'}")
             if m is not None and (best is None or m < best[1]):
                 best = (cfg, m)

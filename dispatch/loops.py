@@ -174,12 +174,15 @@ class Scanner:
     which is enough for steady traffic but not for a burst: a hundred thousand schedules due at
     one midnight take one scanner longer than that to materialise. So when idle, at most once a
     second, it checks (queue.lookahead_seconds) whether what is due within
-    SCHEDULER_LOOKAHEAD_SECONDS could still be made in time at half the rate it has measured
-    itself making runs, and if not, materialises ahead up to the instant that needs it."""
+    SCHEDULER_LOOKAHEAD_SECONDS could still be made in time at a quarter of the rate it has
+    measured itself making runs, and if not, materialises that whole window at once."""
 
     name = "scan"
     RECORD_EVERY = 5.0
     LOOKAHEAD_EVERY = 1.0
+    # The look-ahead plans with a quarter of the scanner's measured rate: it measured itself with
+    # the machine's CPU to itself, and under a burst the workers take most of it.
+    LOOKAHEAD_MARGIN = 4.0
     # Runs per second assumed until the scanner has measured its own: on the low side of what
     # one scanner makes (bench/README.md), so that a first guess starts early.
     DEFAULT_RATE = 1000.0
@@ -231,12 +234,11 @@ class Scanner:
         if limit <= self.base_horizon or time.monotonic() - self.probed_at < self.LOOKAHEAD_EVERY:
             return False
         self.probed_at = time.monotonic()
-        # Half the measured rate: a burst's workers may be competing for the same CPU by then.
-        ahead = queue.lookahead_seconds(base=self.base_horizon, limit=limit, rate=self.rate / 2,
+        ahead = queue.lookahead_seconds(base=self.base_horizon, limit=limit, rate=self.rate / self.LOOKAHEAD_MARGIN,
                                         shards=shards, shard=shard)
         if not ahead:
             return False
-        log.info("materialising ahead: %.0f s (a burst is due that would not be ready in time)", ahead)
+        log.info("materialising the next %.0f s now: a burst is due that would not be ready in time", ahead)
         self.ahead_until = time.monotonic() + ahead
         return True
 

@@ -101,33 +101,41 @@ def seconds_until_next_due(*, horizon=timedelta(0)) -> float | None:
     return soonest
 
 
-# Positions in due order at which the look-ahead checks whether the scanner would fall behind.
-# A burst past the last one is still caught: the look-ahead reaches the last probe's instant,
-# and the next probe looks on from there.
+# Positions in due order at which the look-ahead checks whether the scanner would fall behind,
+# besides the last schedule in its window.
 LOOKAHEAD_PROBES = (500, 2_000, 8_000, 32_000, 128_000)
+# The window is counted up to this many schedules (one index-only range scan, bounded).
+LOOKAHEAD_COUNT_CAP = 256_000
 
 
 def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | None = None, shard=None) -> float:
     """How far ahead the scanner must materialise now so that a burst is ready before its
-    instant; 0 when the base horizon is enough.
+    instant: the whole window (`limit`) as soon as any part of it could not be made in time at
+    `rate`, else 0 (the base horizon is enough).
 
     The k-th schedule due beyond the base horizon, due t_k seconds from now, can only be made in
     time if the k before it can be made first: k / rate <= t_k - base. Checked at a few positions
-    k, each one probe of schedule_due_idx that reads k entries (none past `limit` seconds ahead;
-    it stops at the first position that is not there). The answer is the furthest t_k that fails
-    it. Only `allow` schedules are made ahead (decisions.made_ahead), so others counted here only
-    make the look-ahead start sooner."""
+    k (each one probe of schedule_due_idx that reads k entries) and for the last schedule in the
+    window (a bounded count). Once one fails, the whole window is made, not just up to that
+    instant: a burst is then made as soon as it is seen, while its workers are still idle,
+    instead of racing the instant with whatever CPU a burst leaves the scanner. Only `allow`
+    schedules are made ahead (decisions.made_ahead), so others counted here only make the
+    look-ahead start sooner."""
     now = db_now()
-    ahead = 0.0
+    beyond, until = now + timedelta(seconds=base), now + timedelta(seconds=limit)
+
+    def behind(k: int, at) -> bool:
+        return k / rate > (at - now).total_seconds() - base
+
     for k in LOOKAHEAD_PROBES:
-        at = store().nth_due(now, k, beyond=now + timedelta(seconds=base), until=now + timedelta(seconds=limit),
-                             shards=shards, shard=shard)
+        at = store().nth_due(now, k, beyond=beyond, until=until, shards=shards, shard=shard)
         if at is None:
             break
-        left = (at - now).total_seconds()
-        if k / rate > left - base:
-            ahead = left
-    return ahead
+        if behind(k, at):
+            return limit
+    count, last = store().count_due(now, beyond=beyond, until=until, cap=LOOKAHEAD_COUNT_CAP, shards=shards,
+                                    shard=shard)
+    return limit if count and behind(count, last) else 0.0
 
 
 # A rule that cannot be evaluated at scan time is looked at again after this long, with the

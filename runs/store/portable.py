@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Case, CharField, Count, DateTimeField, F, IntegerField, Min, Q, TextField, Value, When
 from django.db.models.functions import Mod
 
@@ -93,6 +94,20 @@ class PortableStore:
         qs = (self.due_schedules(now, shards=shards, shard=shard, horizon=until - now)
               .filter(next_run_at__gt=beyond).values_list("next_run_at", flat=True))
         return qs[k - 1:k].first()
+
+    def count_due(self, now, *, beyond: datetime, until: datetime, cap: int, shards=None, shard=None) -> tuple:
+        """(how many live schedules are due in (beyond, until], counted up to `cap`; the due time of
+        the last of those counted). The count reads the due range of schedule_due_idx once, only
+        as far as `cap`: the queryset's own statement, limited, inside a COUNT."""
+        qs = (self.due_schedules(now, shards=shards, shard=shard, horizon=until - now)
+              .filter(next_run_at__gt=beyond).values("next_run_at")[:cap])
+        inner, params = qs.query.get_compiler(using=qs.db).as_sql()
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM ({inner}) due", params)
+            count = cur.fetchone()[0]
+        if not count:
+            return 0, None
+        return count, self.nth_due(now, count, beyond=beyond, until=until, shards=shards, shard=shard)
 
     def active_runs(self, schedule_ids) -> dict:
         """For overlap policies: per schedule, (an earlier run is still leased or waiting to retry,

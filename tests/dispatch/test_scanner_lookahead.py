@@ -32,7 +32,7 @@ def scanner(rate: float, *, lookahead: int = 120) -> Scanner:
 
 def test_a_burst_the_scanner_could_not_make_in_time_is_made_before_its_instant(tenant, target):
     at = burst_due_in(tenant, target.url, 60)
-    s = scanner(rate=10)  # 500 runs at half of 10/s: 100 s, more than the 50 s left
+    s = scanner(rate=10)  # 500 runs at a quarter of 10/s: 200 s, more than the 50 s left
     drain(s.step)
     assert Run.objects.count() == BURST
     assert Run.objects.filter(scheduled_time=at, state="ready").count() == BURST
@@ -42,9 +42,28 @@ def test_a_burst_the_scanner_could_not_make_in_time_is_made_before_its_instant(t
 
 def test_a_burst_the_scanner_can_make_in_time_waits_for_the_horizon(tenant, target):
     burst_due_in(tenant, target.url, 60)
-    s = scanner(rate=1000)  # 500 runs at 500/s: 1 s, well inside the 50 s left
+    s = scanner(rate=1000)  # 600 runs at 250/s: 2.4 s, well inside the 50 s left
     drain(s.step)
     assert Run.objects.count() == 0
+
+
+def test_a_burst_past_the_last_probe_position_is_seen_by_the_count_of_the_window(tenant, target):
+    at = burst_due_in(tenant, target.url, 60)
+    # At a quarter of 44/s = 11/s, the 500th run can be made in the 50 s left but not all 600.
+    s = scanner(rate=44)
+    drain(s.step)
+    assert Run.objects.filter(scheduled_time=at).count() == BURST
+    assert db_now() < at
+
+
+def test_once_a_burst_is_seen_the_whole_window_is_made(tenant, target):
+    first = burst_due_in(tenant, target.url, 60)
+    later = burst_due_in(tenant, target.url + "/later", 100, n=20)  # a few, and later: fine on its own
+    s = scanner(rate=10)
+    drain(s.step)
+    assert Run.objects.filter(scheduled_time=first).count() == BURST
+    assert Run.objects.filter(scheduled_time=later).count() == 20
+    assert db_now() < first
 
 
 def test_nothing_beyond_the_look_ahead_window_is_made_early(tenant, target):
