@@ -212,11 +212,6 @@ class Spec:
         if self.bysecond is None and freq < SECONDLY:
             self.bysecond = frozenset({dtstart.second})
 
-    @property
-    def has_date_filter(self) -> bool:
-        return any(x is not None for x in (self.bymonth, self.byweekno, self.byyearday,
-                                           self.bymonthday, self.byday_plain, self.byday_nth))
-
 
 def parse_rrule(text: str, zone: ZoneInfo, policy: DstPolicy, anchor: datetime) -> WallRule:
     lines = [ln.strip() for ln in text.replace("\\n", "\n").splitlines() if ln.strip()]
@@ -433,9 +428,11 @@ class RRuleWalls:
             times = sorted(h * 3600 + m * 60 + s for h in spec.byhour for m in spec.byminute for s in spec.bysecond)
             if spec.bysetpos and freq == DAILY:
                 # Every DAILY period holds the same times, so BYSETPOS picks the same ones daily.
-                times = [times[i] for i in _select(len(times), spec.bysetpos)]
+                before = len(times)
+                times = [times[i] for i in _select(before, spec.bysetpos)]
                 if not times:
-                    raise self._never(f"BYSETPOS picks nothing: a day holds only {self._size_text()}")
+                    raise self._never(f"BYSETPOS={','.join(map(str, sorted(spec.bysetpos)))} picks nothing: "
+                                      f"with FREQ=DAILY a day holds only {before} occurrence(s) of this rule")
             self.times = tuple(times)
             self._pid0 = self._period_id(self.d0)
             if spec.bysetpos and freq == WEEKLY and not any(
@@ -453,10 +450,6 @@ class RRuleWalls:
 
     def _never(self, why: str) -> ExpressionError:
         return ExpressionError(f"{self.text!r} never fires: {why}")
-
-    def _size_text(self) -> str:
-        s = self.spec
-        return f"{len(s.byhour or range(24)) * len(s.byminute or range(60)) * len(s.bysecond or range(60))} times"
 
     # -- days --------------------------------------------------------------------------------
 
@@ -661,7 +654,7 @@ class RRuleWalls:
         return [(j * U + lo, j * U + hi) for lo, hi in self._slot_runs]
 
     def _scan_weekday_sparse(self, d: int, wd: int) -> int | None:
-        n, U = self.n, self.U
+        U = self.U
         s = self._next_allowed_lattice_slot(d * U)
         while s is not None:
             charge()
@@ -937,7 +930,7 @@ class RRuleWalls:
         n, U = self.n, self.U
         g = math.gcd(n, U)
         r = self.slot0 % g
-        hours, minutes = self.slots.fields[0][0], None
+        hours = self.slots.fields[0][0]
         # Some allowed slot of the day must be congruent to the lattice's residue mod gcd(n, U).
         if self.freq == HOURLY:
             ok = any((h - r) % g == 0 for h in hours)
