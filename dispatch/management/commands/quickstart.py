@@ -1,22 +1,28 @@
 """Everything in one command on the embedded database: migrate, an operator login, a demo tenant
-and API key, the web server (portal, admin, API) under gunicorn, and all the loops."""
+with its API key and signing secret, a local demo target and demo schedules (dispatch.demo), the
+web server (portal, admin, API) under gunicorn, and all the loops. Run again, it keeps what it
+made: no second tenant or set of schedules, one live quickstart key (a new one each run, since a
+key is stored only as its hash)."""
 
 import os
 import secrets
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
+from dispatch.demo import DEMO, EchoTarget, ensure_demo
 from dispatch.loops import LoopCommand
 from dispatch.management.commands.scheduler import start_loops
 from dispatch.management.commands.work import default_worker_id
 from dispatch.worker import run_worker
-from schedules.services import Actor
-from schedules.tenants import create_api_key, create_tenant
+from schedules.models import ApiKey
+from schedules.tenants import create_api_key, create_tenant, revoke_api_key
 
 
 class Command(LoopCommand):
@@ -26,8 +32,11 @@ class Command(LoopCommand):
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000", help="where the web server listens")
         parser.add_argument("--no-web", action="store_true", help="run only the loops")
-        parser.add_argument("--allow-target", action="append", default=None, metavar="PREFIX",
-                            help="URL prefix the demo tenant may call (repeatable; default http://127.0.0.1:9000/)")
+        parser.add_argument("--allow-target", action="append", default=[], metavar="PREFIX",
+                            help="another URL prefix the demo tenant may call (repeatable)")
+        parser.add_argument("--demo-port", type=int, default=9000,
+                            help="where the demo target listens on 127.0.0.1 (default 9000)")
+        parser.add_argument("--no-demo", action="store_true", help="no demo target and no demo schedules")
 
     def run(self, options):
         call_command("migrate", interactive=False, verbosity=0)
@@ -45,10 +54,32 @@ class Command(LoopCommand):
             login = f"admin / {password}"
         else:
             login = "admin / (password set on the first run; `manage.py changepassword admin` to reset)"
-        prefixes = options["allow_target"] or ["http://127.0.0.1:9000/"]
-        tenant = create_tenant("demo", name="Demo", allow_targets=prefixes, by=Actor("system:quickstart"))
-        _, key = create_api_key(tenant, label="quickstart", by=Actor("system:quickstart"))
+        # A first look should not wait on a long shutdown grace.
+        settings.SCHEDULER_SHUTDOWN_GRACE_SECONDS = min(settings.SCHEDULER_SHUTDOWN_GRACE_SECONDS, 3.0)
+        echo = None
+        if not options["no_demo"]:
+            try:
+                echo = EchoTarget(options["demo_port"]).start()
+            except OSError as exc:
+                raise CommandError(f"the demo target cannot listen on 127.0.0.1:{options['demo_port']} ({exc}): "
+                                   "choose another port with --demo-port, or --no-demo") from exc
+        self.echo = echo
+        prefixes = ([echo.url + "/"] if echo else []) + options["allow_target"]
+        tenant = create_tenant("demo", name="Demo", allow_targets=prefixes, by=DEMO)
+        for old in ApiKey.objects.filter(tenant=tenant, label="quickstart", revoked_at__isnull=True):
+            revoke_api_key(old, by=DEMO)  # a key is shown once only: the new one replaces it
+        _, key = create_api_key(tenant, label="quickstart", by=DEMO)
+        made = ensure_demo(tenant, echo.url) if echo else []
         host = options["addr"]
+        env_file = Path(settings.VAR_DIR) / "quickstart.env"
+        env_file.write_text(
+            f"BASE=http://{host}\nKEY={key}\nSIGNING_SECRET={tenant.signing_secret}\n"
+            + (f"TARGET={echo.url}\n" if echo else "")
+        )
+        env_file.chmod(0o600)
+        demo = (f"  demo     target {echo.url} (/demo/ok answers 200, /demo/fail 503); schedules "
+                f"demo-every-minute, demo-fails-into-dlq, demo-berlin-0230"
+                f"{' (made now; the first two triggered)' if made else ''}\n" if echo else "")
         self.stdout.write(
             f"\n  portal   http://{host}/            login {login}\n"
             f"  admin    http://{host}/admin/\n"
@@ -56,8 +87,13 @@ class Command(LoopCommand):
             f"  tenant   demo, may call {', '.join(tenant.allowed_prefixes())} "
             f"(add more with `manage.py create_tenant demo --allow-target PREFIX`)\n"
             f"  API key  {key}\n"
+            f"  signing secret  {tenant.signing_secret}   (targets verify X-Scheduler-Signature with it)\n"
+            f"{demo}"
+            f"  shell    . {env_file}   (sets BASE, KEY, SIGNING_SECRET{', TARGET' if echo else ''} for the README's examples)\n"
             f"  database {settings.DATABASES['default']['NAME']}\n\n"
+            f"  Ctrl-C to stop.\n\n"
         )
+        self.stdout.flush()
         web = None
         if not options["no_web"]:
             web = subprocess.Popen(
@@ -72,7 +108,10 @@ class Command(LoopCommand):
             self.stop.set()
             if web:
                 stop_web(web)
-            self.loops.join(timeout=15)
+            self.loops.join(timeout=settings.SCHEDULER_SHUTDOWN_GRACE_SECONDS + 2)
+            if self.echo:
+                self.echo.stop()
+            self.stdout.write("quickstart stopped\n")
 
 
 def stop_web(web: subprocess.Popen) -> None:
