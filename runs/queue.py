@@ -42,6 +42,7 @@ from runs.models import TERMINAL_STATES, EventKind, Reason, RunKind, RunState
 from runs.store import store
 from scheduler_project.dbclock import db_now
 from scheduler_project.notify import RUNS_CHANNEL, notify
+from schedules import timeexpr
 from schedules.models import OverlapPolicy, ScheduleStatus
 from schedules.occurrences import ONE_US  # noqa: F401
 
@@ -138,9 +139,12 @@ def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | N
     return limit if count and behind(count, last) else 0.0
 
 
-# A rule that cannot be evaluated at scan time is looked at again after this long, with the
-# error on the schedule (its lastError) meanwhile.
+# A schedule whose step failed unexpectedly is looked at again after this long, with the error on
+# the schedule (its lastError) meanwhile.
 SCAN_ERROR_RETRY = timedelta(minutes=5)
+# A rule the time engine cannot evaluate within its work budget (or at all) is parked this long:
+# evaluating it again costs that budget each time, and it takes the scanner's batch from others.
+SCAN_PARK = timedelta(hours=1)
 
 
 def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> ScanResult:
@@ -165,7 +169,15 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
             version = s.current
             try:
                 planned, next_at, completed = plan_schedule(s, version, now, horizon, active)
-            except Exception as exc:  # one bad rule must not stop the scanner for everyone
+            except timeexpr.ExpressionError as exc:
+                # Parked with the reason on the schedule: the occurrences it misses meanwhile are
+                # recorded under its misfire policy when it is looked at again.
+                s.last_error = (f"parked until {(now + SCAN_PARK).isoformat(timespec='seconds')}: {exc}")[:2000]
+                s.next_run_at = now + SCAN_PARK
+                changed.append(s)
+                result.errors.append((s.id, s.last_error))
+                continue
+            except Exception as exc:  # one bad row must not stop the scanner for everyone
                 s.last_error = f"{type(exc).__name__}: {exc}"[:2000]
                 s.next_run_at = now + SCAN_ERROR_RETRY
                 changed.append(s)

@@ -1,0 +1,43 @@
+"""A rule the time engine cannot evaluate within its work budget at scan time is parked with a
+visible reason and looked at again later, and it does not hold another tenant's runs."""
+
+from datetime import timedelta
+
+import pytest
+
+from runs import decisions
+from runs.models import Run
+from runs.queue import SCAN_PARK, materialise_due
+from schedules import timeexpr
+from schedules.models import Schedule
+from scheduler_project.dbclock import db_now
+from schedules.tenants import create_tenant
+from tests.helpers import make_due, make_schedule
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_over_budget_rule_is_parked_with_its_reason_and_others_still_run(tenant, target, monkeypatch):
+    other = create_tenant("globex", allow_targets=[target.url + "/"])
+    costly = make_schedule(tenant, target.url + "/costly")
+    fine = make_schedule(other, target.url + "/fine")
+    make_due(costly)
+    make_due(fine)
+    real = decisions.rule_for
+
+    def rule_for(version, anchor):
+        if version.schedule_id == costly.id:
+            raise timeexpr.TooExpensive("too expensive to evaluate: the next occurrence needed more than its budget")
+        return real(version, anchor)
+
+    monkeypatch.setattr(decisions, "rule_for", rule_for)
+    before = db_now()
+    result = materialise_due(batch=10)
+    assert Run.objects.filter(schedule=fine).count() == 1
+    assert not Run.objects.filter(schedule=costly).exists()
+    costly = Schedule.objects.get(id=costly.id)
+    assert costly.last_error.startswith("parked until") and "too expensive to evaluate" in costly.last_error
+    assert costly.next_run_at >= before + SCAN_PARK - timedelta(seconds=5)
+    assert [sid for sid, _ in result.errors] == [costly.id]
+    # Parked: the next passes leave it alone instead of paying its budget again and again.
+    assert materialise_due(batch=10).locked == 0
