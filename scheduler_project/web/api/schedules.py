@@ -305,7 +305,10 @@ class ScheduleOccurrencesView(APIView):
     def get(self, request, pk):
         schedule = tenant_schedule(request, pk)
         count = parse_count(request.query_params.get("count"))
-        occs = upcoming(schedule, rule_for(schedule.current, schedule.anchor_at), count)
+        try:
+            occs = upcoming(schedule, rule_for(schedule.current, schedule.anchor_at), count)
+        except timeexpr.ExpressionError as e:  # a stored rule the engine now refuses, or over budget
+            raise ValidationFailed({e.field: [str(e)]})
         return Response({"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs]})
 
 
@@ -325,21 +328,20 @@ class ExpressionPreviewView(APIView):
         given_from = data.get("from")
         anchor = given_from or db_now()
         policy = data.get("dstPolicy") or {}
+        # Same rule as a new schedule's first run: startAt itself counts, "now" does not.
+        after = anchor - timedelta(microseconds=1) if given_from else anchor
         try:
             rule = timeexpr.parse(
                 data["expression"], data["timeZone"], anchor=anchor,
                 dst_policy=timeexpr.DstPolicy(policy.get("skipped", "next_valid"), policy.get("repeated", "earlier")),
             )
+            occs = timeexpr.preview(rule, after, data.get("count", 10))  # bounded: over budget is a 400
         except timeexpr.ExpressionError as e:
             raise ValidationFailed({e.field: [str(e)]})
-        # Same rule as a new schedule's first run: startAt itself counts, "now" does not.
-        after = anchor - timedelta(microseconds=1) if given_from else anchor
-        occs = timeexpr.preview(rule, after, data.get("count", 10))
         return Response({"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs]})
 
 
 # --- API keys -------------------------------------------------------------------------------
-
 
 
 def tenant_key(request, pk) -> ApiKey:
