@@ -25,6 +25,7 @@ from runs.store import store
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import Conflict, StaleVersion, ValidationFailed
 from scheduler_project.notify import SCHEDULES_CHANNEL, notify
+from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus, Tenant, shard_bucket
 from schedules.occurrences import ONE_US, walk
 from schedules.services import (
@@ -87,9 +88,14 @@ def _record_unmaterialised(schedule: Schedule, *, now: datetime, reason: str) ->
     if schedule.next_run_at > now:
         return 0
     version = schedule.current
-    rule = rule_for(version, schedule.anchor_at)
+    try:
+        rule = rule_for(version, schedule.anchor_at)
+        span = walk(rule, version, after=schedule.next_run_at - ONE_US, until=now, limit=MAX_OCCURRENCES_PER_PASS)
+    except timeexpr.ExpressionError:
+        # A rule the engine cannot evaluate (the scanner parked it) made no occurrences to record;
+        # the change itself must still go through.
+        return 0
     triples = []
-    span = walk(rule, version, after=schedule.next_run_at - ONE_US, until=now, limit=MAX_OCCURRENCES_PER_PASS)
     for occ in span.occurrences:
         state, why = (RunState.SKIPPED, Reason.DST) if occ.dropped else (RunState.CANCELED, reason)
         triples.append(build_run(schedule, version, occ, state=state, reason=why, eligible_at=None,
@@ -137,8 +143,11 @@ def _resume(schedule: Schedule, *, by: Actor, now: datetime) -> None:
     schedule.enabled = True
     schedule.paused_at = None
     if schedule.status == ScheduleStatus.ACTIVE:
-        rule = rule_for(schedule.current, schedule.anchor_at)
-        schedule.next_run_at = first_run_at(rule, version_fields(schedule.current), after=now)
+        try:
+            rule = rule_for(schedule.current, schedule.anchor_at)
+            schedule.next_run_at = first_run_at(rule, version_fields(schedule.current), after=now)
+        except timeexpr.ExpressionError as e:
+            raise ValidationFailed({"expression": [f"cannot resume: {e}; edit the expression first"]})
         if schedule.next_run_at is None:
             schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
     schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "status", "completed_at", "updated_at"])
@@ -216,8 +225,12 @@ def plan_backfill(schedule: Schedule, start: datetime, end: datetime) -> tuple[l
     end = min(end, db_now())
     if end <= start:
         return [], 0
-    rule = rule_for(version, schedule.anchor_at)
-    span = walk(rule, version, after=start - ONE_US, until=end, inclusive=False, limit=limit + 1, count_dropped=False)
+    try:
+        rule = rule_for(version, schedule.anchor_at)
+        span = walk(rule, version, after=start - ONE_US, until=end, inclusive=False, limit=limit + 1,
+                    count_dropped=False)
+    except timeexpr.ExpressionError as e:
+        raise ValidationFailed({e.field: [str(e)]})
     occs = [o for o in span.occurrences if not o.dropped]
     if len(occs) > limit:
         raise ValidationFailed(

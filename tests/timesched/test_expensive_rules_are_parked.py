@@ -41,3 +41,30 @@ def test_an_over_budget_rule_is_parked_with_its_reason_and_others_still_run(tena
     assert [sid for sid, _ in result.errors] == [costly.id]
     # Parked: the next passes leave it alone instead of paying its budget again and again.
     assert materialise_due(batch=10).locked == 0
+
+
+def test_a_parked_schedule_can_still_be_paused_and_says_why_it_cannot_resume(tenant, target, monkeypatch):
+    from runs.schedule_changes import pause_schedule, resume_schedule
+    from scheduler_project.errors import ValidationFailed
+    from tests.helpers import ACTOR
+
+    costly = make_schedule(tenant, target.url + "/costly")
+    make_due(costly)
+    real = decisions.rule_for
+
+    def rule_for(version, anchor):
+        if version.schedule_id == costly.id:
+            raise timeexpr.TooExpensive("too expensive to evaluate")
+        return real(version, anchor)
+
+    monkeypatch.setattr(decisions, "rule_for", rule_for)
+    from runs import schedule_changes
+
+    monkeypatch.setattr(schedule_changes, "rule_for", rule_for)
+    materialise_due(batch=10)
+    paused = pause_schedule(costly, by=ACTOR)
+    assert paused.enabled is False
+    with pytest.raises(ValidationFailed) as e:
+        resume_schedule(costly, by=ACTOR)
+    assert "cannot resume" in str(e.value.errors)
+    assert Schedule.objects.get(id=costly.id).enabled is False
