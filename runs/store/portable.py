@@ -447,19 +447,21 @@ class PortableStore:
 
     def skip_unclaimed(self, ids, *, now: datetime, reason: str) -> int:
         """Skip those of `ids` still unclaimed (locked with SKIP LOCKED, re-checked)."""
-        doomed = list(
-            Run.objects.filter(id__in=ids, state=RunState.READY, generation=0, reason="")
-            .select_for_update(skip_locked=True)
-            .values_list("id", "tenant_id")
-        )
-        if not doomed:
+        qs = Run.objects.filter(id__in=ids, state=RunState.READY, generation=0, reason="")
+        return self._end_unstarted(qs, RunState.SKIPPED, reason=reason, now=now, skip_locked=True)
+
+    def _end_unstarted(self, qs, state: str, *, reason: str, now: datetime, skip_locked: bool = False) -> int:
+        """Runs of `qs` (ready, never attempted), locked, made terminal in `state` with `reason`,
+        each with its event."""
+        rows = list(qs.select_for_update(skip_locked=skip_locked).values_list("id", "tenant_id"))
+        if not rows:
             return 0
-        Run.objects.filter(id__in=[r[0] for r in doomed]).update(
-            state=RunState.SKIPPED, reason=reason, next_eligible_at=None, finished_at=now
+        Run.objects.filter(id__in=[r[0] for r in rows]).update(
+            state=state, reason=reason, next_eligible_at=None, finished_at=now
         )
-        self.insert_events([event(rid, tid, EventKind.SKIPPED, state=RunState.SKIPPED, reason=reason)
-                            for rid, tid in doomed], now=now)
-        return len(doomed)
+        kind = {RunState.SKIPPED: EventKind.SKIPPED, RunState.CANCELED: EventKind.CANCELED}[state]
+        self.insert_events([event(rid, tid, kind, state=state, reason=reason) for rid, tid in rows], now=now)
+        return len(rows)
 
     # --- schedule changes ------------------------------------------------------------------------
 
@@ -468,15 +470,7 @@ class PortableStore:
         qs = Run.objects.filter(schedule_id=schedule_id, state=RunState.READY, generation=0)
         if versions_below is not None:
             qs = qs.filter(schedule_version__lt=versions_below)
-        rows = list(qs.select_for_update().values_list("id", "tenant_id"))
-        if not rows:
-            return 0
-        Run.objects.filter(id__in=[r[0] for r in rows]).update(
-            state=RunState.CANCELED, reason=reason, next_eligible_at=None, finished_at=now
-        )
-        self.insert_events([event(rid, tid, EventKind.CANCELED, state=RunState.CANCELED, reason=reason)
-                            for rid, tid in rows], now=now)
-        return len(rows)
+        return self._end_unstarted(qs, RunState.CANCELED, reason=reason, now=now)
 
     def existing_instants(self, schedule_id, start: datetime, end: datetime) -> set:
         """Instants in [start, end) that already have a run of any version of the schedule."""

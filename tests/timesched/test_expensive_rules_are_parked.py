@@ -17,20 +17,29 @@ from tests.helpers import make_due, make_schedule
 pytestmark = pytest.mark.django_db
 
 
-def test_an_over_budget_rule_is_parked_with_its_reason_and_others_still_run(tenant, target, monkeypatch):
-    other = create_tenant("globex", allow_targets=[target.url + "/"])
-    costly = make_schedule(tenant, target.url + "/costly")
-    fine = make_schedule(other, target.url + "/fine")
-    make_due(costly)
-    make_due(fine)
+@pytest.fixture
+def costly(tenant, target, monkeypatch):
+    """A due schedule whose rule the engine refuses as over its budget wherever it is evaluated."""
+    from runs import schedule_changes
+
+    schedule = make_schedule(tenant, target.url + "/costly")
+    make_due(schedule)
     real = decisions.rule_for
 
     def rule_for(version, anchor):
-        if version.schedule_id == costly.id:
+        if version.schedule_id == schedule.id:
             raise timeexpr.TooExpensive("too expensive to evaluate: the next occurrence needed more than its budget")
         return real(version, anchor)
 
     monkeypatch.setattr(decisions, "rule_for", rule_for)
+    monkeypatch.setattr(schedule_changes, "rule_for", rule_for)
+    return schedule
+
+
+def test_an_over_budget_rule_is_parked_with_its_reason_and_others_still_run(tenant, target, costly):
+    other = create_tenant("globex", allow_targets=[target.url + "/"])
+    fine = make_schedule(other, target.url + "/fine")
+    make_due(fine)
     before = db_now()
     result = materialise_due(batch=10)
     assert Run.objects.filter(schedule=fine).count() == 1
@@ -43,24 +52,11 @@ def test_an_over_budget_rule_is_parked_with_its_reason_and_others_still_run(tena
     assert materialise_due(batch=10).locked == 0
 
 
-def test_a_parked_schedule_can_still_be_paused_and_says_why_it_cannot_resume(tenant, target, monkeypatch):
+def test_a_parked_schedule_can_still_be_paused_and_says_why_it_cannot_resume(costly):
     from runs.schedule_changes import pause_schedule, resume_schedule
     from scheduler_project.errors import ValidationFailed
     from tests.helpers import ACTOR
 
-    costly = make_schedule(tenant, target.url + "/costly")
-    make_due(costly)
-    real = decisions.rule_for
-
-    def rule_for(version, anchor):
-        if version.schedule_id == costly.id:
-            raise timeexpr.TooExpensive("too expensive to evaluate")
-        return real(version, anchor)
-
-    monkeypatch.setattr(decisions, "rule_for", rule_for)
-    from runs import schedule_changes
-
-    monkeypatch.setattr(schedule_changes, "rule_for", rule_for)
     materialise_due(batch=10)
     paused = pause_schedule(costly, by=ACTOR)
     assert paused.enabled is False
