@@ -47,14 +47,19 @@ MIDDLEWARE = [
     # First: a body over the limit is refused by its Content-Length before anything reads it.
     "scheduler_project.web.bodylimit.RequestBodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "scheduler_project.web.csp.ContentSecurityPolicyMiddleware",
     # Serves the portal's, the admin's and the API docs' assets from the process itself, so a
     # gunicorn-only deployment needs no separate static server (no CDN either).
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    # Query strings and form fields with NUL (PostgreSQL cannot store or compare it) or huge: a 400.
+    "scheduler_project.web.textinput.RefuseBadTextMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Failed sign-ins counted per username and address; a 429 with a message past the limit.
+    "scheduler_project.web.loginthrottle.LoginThrottleMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
@@ -112,6 +117,38 @@ if _db["ENGINE"].endswith("postgresql"):
 IS_POSTGRES = _db["ENGINE"].endswith("postgresql")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- HTTPS and browser security (README, "Production set-up") --------------------------------
+# Production is PostgreSQL with DEBUG off and a real SECRET_KEY: there the browser-facing
+# protections are on unless the environment turns one off. The embedded quickstart, the test
+# suite and anything else on the development key serve plain HTTP on localhost, so they are off.
+PRODUCTION = not DEBUG and IS_POSTGRES and SECRET_KEY != _DEV_KEY
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=PRODUCTION)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=PRODUCTION)
+# The portal sends its CSRF token from the page (hx-headers), never by reading the cookie.
+CSRF_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=PRODUCTION)
+# Load balancers and Prometheus probe these over plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if PRODUCTION else 0)
+# Both commit every subdomain (and, preloaded, every browser) to HTTPS: off unless asked for.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# Behind a proxy that ends TLS: the header it sets and the value that means HTTPS, e.g.
+# "HTTP_X_FORWARDED_PROTO" (value https) or "HTTP_X_FORWARDED_PROTO=https". Only set it when
+# the proxy always sets or overwrites that header, or clients could claim HTTPS themselves.
+_proxy_header = env.str("SCHEDULER_SECURE_PROXY_SSL_HEADER", default="")
+if _proxy_header:
+    _name, _, _value = _proxy_header.partition("=")
+    SECURE_PROXY_SSL_HEADER = (_name.strip().upper().replace("-", "_"), _value.strip() or "https")
+X_FRAME_OPTIONS = "DENY"
+# scheduler_project.web.csp; empty turns the header off, anything else replaces the policy.
+SCHEDULER_CONTENT_SECURITY_POLICY = env.str("SCHEDULER_CONTENT_SECURITY_POLICY", default=None)
+# scheduler_project.web.loginthrottle: this many failed sign-ins for one username from one
+# address within the window lock that pair out (0: no throttling); one address alone gets 4x.
+SCHEDULER_LOGIN_MAX_FAILURES = env.int("SCHEDULER_LOGIN_MAX_FAILURES", default=5)
+SCHEDULER_LOGIN_WINDOW_SECONDS = env.int("SCHEDULER_LOGIN_WINDOW_SECONDS", default=900)
+SCHEDULER_LOGIN_LOCKOUT_SECONDS = env.int("SCHEDULER_LOGIN_LOCKOUT_SECONDS", default=900)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -212,6 +249,14 @@ SCHEDULER_LOOKAHEAD_SECONDS = env.int("SCHEDULER_LOOKAHEAD_SECONDS", default=120
 SCHEDULER_OUTBOX_RETENTION_HOURS = env.int("SCHEDULER_OUTBOX_RETENTION_HOURS", default=72)
 SCHEDULER_IDEMPOTENCY_RETENTION_HOURS = env.int("SCHEDULER_IDEMPOTENCY_RETENTION_HOURS", default=24)
 SCHEDULER_API_RATE_LIMIT_PER_MINUTE = env.int("SCHEDULER_API_RATE_LIMIT_PER_MINUTE", default=600)
+# Per tenant (0: none). Keys: each key has its own rate limit, so minting keys must not be a way
+# around it. Schedules: those not archived; sub-minute ones (an RRULE firing twice within a
+# minute) are the costly kind and get a smaller quota. A tenant's own quota (the portal's tenant page,
+# `create_tenant --max-schedules`) overrides the schedule defaults.
+SCHEDULER_MAX_ACTIVE_KEYS_PER_TENANT = env.int("SCHEDULER_MAX_ACTIVE_KEYS_PER_TENANT", default=20)
+SCHEDULER_KEY_CREATIONS_PER_HOUR = env.int("SCHEDULER_KEY_CREATIONS_PER_HOUR", default=20)
+SCHEDULER_MAX_SCHEDULES_PER_TENANT = env.int("SCHEDULER_MAX_SCHEDULES_PER_TENANT", default=10000)
+SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT = env.int("SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT", default=10)
 SCHEDULER_METRICS_ALLOWED_NETWORKS = env.list("SCHEDULER_METRICS_ALLOWED_NETWORKS", default=[])
 # Networks of the load balancers / reverse proxies in front of gunicorn: X-Forwarded-For is
 # believed only as far as they wrote it (scheduler_project.web.clientaddr). Empty: never believed.

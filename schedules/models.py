@@ -36,10 +36,24 @@ class Tenant(models.Model):
     notification_url = models.URLField(max_length=2000, blank=True, default="")
     # None = no per-tenant cap on concurrently leased runs.
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    # Quotas on schedules that are not archived; None = the deployment's default
+    # (SCHEDULER_MAX_SCHEDULES_PER_TENANT, SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT).
+    max_schedules = models.PositiveIntegerField(null=True, blank=True)
+    max_subminute_schedules = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["slug"]
+        # What operators may do, across tenants (scheduler_project/web/access.py decides with
+        # these; the "Operator" and "Read-only operator" groups carry them, migration 0005).
+        # Tenant members act on their own tenants through their membership instead.
+        permissions = [
+            ("view_all_tenants", "Can see every tenant's schedules, runs, keys and settings"),
+            ("operate_runs", "Can retry and cancel any tenant's runs"),
+            ("operate_schedules", "Can pause, resume, trigger and backfill any tenant's schedules"),
+            ("manage_api_keys", "Can create and revoke any tenant's API keys"),
+            ("manage_tenants", "Can change tenants' allowlists, webhooks, limits, quotas and members"),
+        ]
 
     def __str__(self):
         return self.slug
@@ -201,6 +215,8 @@ class ScheduleVersion(models.Model):
     created_by = models.CharField(max_length=200, blank=True, default="")
     # Which fields changed from the previous version, {field: [before, after]}.
     changes = models.JSONField(default=dict, blank=True)
+    # The rule fires twice less than a minute apart: counts against the sub-minute quota.
+    sub_minute = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["schedule", "-version"]
@@ -289,4 +305,23 @@ class ApiRateCounter(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["key", "window_start"], name="api_rate_counter_key_window_unique"),
+        ]
+
+
+class LoginThrottle(models.Model):
+    """Failed sign-ins to the portal and the admin, counted in a fixed window per (username,
+    address) and per address, shared by every web process (scheduler_project.web.loginthrottle).
+    `key` is a SHA-256 of what is counted, so no username (often a mistyped password) is stored;
+    rows are deleted once `expires_at` has passed."""
+
+    key = models.CharField(max_length=64, unique=True)
+    failures = models.PositiveIntegerField(default=0)
+    window_start = models.DateTimeField()
+    locked_until = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # The pruning of expired rows on each counted failure.
+            models.Index(fields=["expires_at"], name="login_throttle_expires_idx"),
         ]

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
+from itertools import islice
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -90,9 +91,65 @@ def anchor_for(fields: dict, created_at: datetime) -> datetime:
     return fields.get("start_at") or created_at
 
 
-def validate_fields(tenant: Tenant, fields: dict, *, now: datetime) -> object:
-    """Check a full set of versioned fields; returns the parsed rule. Raises ValidationFailed with
-    every field error found, so a client can fix them all at once."""
+SUB_MINUTE = timedelta(minutes=1)
+SUB_MINUTE_SAMPLES = 8
+# Below this many free places in a quota, creates take the tenant row lock and count again, so
+# the last places are given out one at a time; further from the limit no create waits for another.
+QUOTA_LOCK_MARGIN = 100
+
+
+def is_sub_minute(rule, *, after: datetime) -> bool:
+    """Whether the rule fires twice less than a minute apart. cron fires at most once a minute
+    and rate() takes minutes at least; an RRULE that fires faster does so in runs (every second
+    of an hour, two BYSECONDs in a minute), so its first few instants show it."""
+    if rule.kind in ("cron", "at"):
+        return False
+    if rule.kind == "rate":
+        return rule.interval < SUB_MINUTE
+    previous = None
+    for occ in islice((o for o in rule.iter_after(after) if not o.dropped), SUB_MINUTE_SAMPLES):
+        if previous is not None and occ.at - previous < SUB_MINUTE:
+            return True
+        previous = occ.at
+    return False
+
+
+def _quota(tenant: Tenant, own, default) -> int:
+    return own if own is not None else default
+
+
+def check_quotas(tenant: Tenant, *, sub_minute: bool, schedule: Schedule | None) -> None:
+    """A new schedule (`schedule` None) must fit the tenant's schedule quota, and a rule that
+    becomes sub-minute its sub-minute quota; both count the tenant's schedules that are not
+    archived (archiving frees a place). 0 in the settings means no quota."""
+    live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
+    checks = []
+    if schedule is None:
+        limit = _quota(tenant, tenant.max_schedules, settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT)
+        checks.append((live, limit, "body",
+                       f"this tenant has {limit} schedules, its quota; archive (DELETE) schedules it no longer "
+                       "needs, or ask an operator to raise the quota"))
+    if sub_minute and (schedule is None or not schedule.current.sub_minute):
+        limit = _quota(tenant, tenant.max_subminute_schedules, settings.SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT)
+        checks.append((live.filter(current__sub_minute=True), limit, "expression",
+                       f"this rule fires more than once a minute, and this tenant already has {limit} such "
+                       "schedules, its quota for them; use a slower rule, or ask an operator to raise the quota"))
+    for qs, limit, field, message in checks:
+        if not limit:
+            continue
+        count = qs.count()
+        if count >= limit - QUOTA_LOCK_MARGIN:
+            Tenant.objects.select_for_update(no_key=True).filter(id=tenant.id).first()
+            count = qs.count()
+        if count >= limit:
+            raise ValidationFailed({field: [message]})
+
+
+def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Schedule | None = None) -> object:
+    """Check a full set of versioned fields against `schedule` (None: a new schedule), and the
+    tenant's quotas; returns the parsed rule. Raises ValidationFailed with every field error found,
+    so a client can fix them all at once. Fills in `fields` what the version row records besides
+    what was given: the deployment's default timeout, and whether the rule is sub-minute."""
     errors: dict[str, list[str]] = {}
     if fields.get("target_timeout_seconds") is None:
         # Filled here, where every create passes, so each caller gets the same clamped default.
@@ -138,10 +195,12 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime) -> object:
             anchor=anchor_for(fields, now),
             dst_policy=timeexpr.DstPolicy(fields["dst_skipped"], fields["dst_repeated"]),
         )
+        fields["sub_minute"] = is_sub_minute(rule, after=anchor_for(fields, now) - timedelta(microseconds=1))
     except timeexpr.ExpressionError as e:
         err(e.field, str(e))
     if errors:
         raise ValidationFailed(errors)
+    check_quotas(tenant, sub_minute=fields["sub_minute"], schedule=schedule)
     return rule
 
 
@@ -191,7 +250,7 @@ def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: date
     schedule row lock and has checked expectedVersion."""
     before = version_fields(schedule.current)
     fields = {**before, **changed}
-    rule = validate_fields(schedule.tenant, fields, now=now)
+    rule = validate_fields(schedule.tenant, fields, now=now, schedule=schedule)
     diff = {k: [jsonable({k: before[k]})[k], jsonable({k: fields[k]})[k]] for k in changed if before[k] != fields[k]}
     version = new_version(schedule, schedule.version + 1, fields, by, changes=diff)
     schedule.version = version.version

@@ -1,20 +1,75 @@
-"""Tenants, their target allowlists and their API keys: one entry point per change."""
+"""Tenants, their target allowlists, limits and quotas, and their API keys: one entry point per
+change. Every value is checked here, whoever sends it (API, portal, admin, command), and errors
+name the field as a person reads it ("Max runs in flight"), since the portal shows them as they
+are."""
 
 import secrets
+import unicodedata
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_project.errors import Conflict, ValidationFailed
+from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
 from schedules.models import ApiKey, TargetPrefix, Tenant, hash_api_key
 from schedules.services import SYSTEM, Actor, audit
 
 KEY_PREFIX = "sk_"
+MAX_LABEL = 200
+MAX_URL = 2000
+# Upper bound of every per-tenant and per-target cap: far above any real need, far below what the
+# integer columns hold, so a 30-digit number is a message rather than a database error.
+MAX_CAP = 1_000_000
+MAX_QUOTA = 10_000_000
+# "not given" for the optional arguments of update_tenant_settings (None means "no limit").
+UNCHANGED = object()
+
+
+class TooManyRequests(ServiceError):
+    """Asked too often; `retryAfter` (seconds) says when it may work again."""
+
+    status = 429
+
+
+def _clean_text(value, *, field: str, max_length: int) -> str:
+    text = "" if value is None else str(value).strip()
+    if len(text) > max_length:
+        raise ValidationFailed({field: [f"must be at most {max_length} characters (this is {len(text)})"]})
+    for ch in text:
+        # Controls (NUL among them: PostgreSQL refuses it) and lone surrogates cannot be stored or shown.
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            raise ValidationFailed({field: [f"may not contain the control character U+{ord(ch):04X}"]})
+    return text
+
+
+def parse_cap(raw, *, field: str, maximum: int = MAX_CAP) -> int | None:
+    """A cap as given by a form or a caller: empty or None is "no limit"; otherwise a whole number
+    from 1 to `maximum` in ASCII digits (`²` and `١٢٣` are digits to Python's int(), not to people
+    typing a limit)."""
+    message = f"must be a whole number from 1 to {maximum:,}, or empty for no limit"
+    if raw is None:
+        return None
+    if isinstance(raw, bool):
+        raise ValidationFailed({field: [message]})
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = str(raw).strip()
+        if not text:
+            return None
+        if not (text.isascii() and text.isdigit()) or len(text) > len(str(maximum)):
+            raise ValidationFailed({field: [message]})
+        value = int(text)
+    if not 1 <= value <= maximum:
+        raise ValidationFailed({field: [message]})
+    return value
 
 
 @transaction.atomic
 def create_tenant(slug: str, *, name: str = "", allow_targets=(), by: Actor = SYSTEM) -> Tenant:
     """Make a tenant, or add allowlist prefixes to an existing one (idempotent, for scripts)."""
+    name = _clean_text(name, field="Name", max_length=200)
     tenant, created = Tenant.objects.get_or_create(slug=slug, defaults={"name": name or slug})
     if not created and name and tenant.name != name:
         tenant.name = name
@@ -26,16 +81,28 @@ def create_tenant(slug: str, *, name: str = "", allow_targets=(), by: Actor = SY
     return tenant
 
 
-def add_target_prefix(tenant: Tenant, prefix: str, *, by: Actor, max_concurrency: int | None = None) -> TargetPrefix:
+def _clean_url(raw, *, field: str, what: str = "URL") -> str:
     from schedules.targets import url_allowed
 
-    if not url_allowed(prefix, [prefix]):
-        raise ValidationFailed({"prefix": [f"{prefix!r} is not an absolute http(s) URL prefix without user info"]})
+    url = _clean_text(raw, field=field, max_length=MAX_URL)
+    if url and not url_allowed(url, [url]):
+        raise ValidationFailed({field: [f"{url[:200]!r} is not an absolute http(s) {what} without user info"]})
+    return url
+
+
+def add_target_prefix(tenant: Tenant, prefix: str, *, by: Actor, max_concurrency=None) -> TargetPrefix:
+    """Allow `prefix`; `max_concurrency` (a number, its text, or empty/None for no limit) caps the
+    runs in flight to its host."""
+    prefix = _clean_url(prefix, field="Prefix", what="URL prefix")
+    if not prefix:
+        raise ValidationFailed({"Prefix": ["give an absolute http(s) URL prefix, e.g. https://hooks.example.com/"]})
+    limit = parse_cap(max_concurrency, field="Max concurrency")
     target, created = TargetPrefix.objects.get_or_create(
-        tenant=tenant, prefix=prefix, defaults={"max_concurrency": max_concurrency}
+        tenant=tenant, prefix=prefix, defaults={"max_concurrency": limit}
     )
     if created:
-        audit("tenant.allow_target", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, after={"prefix": prefix})
+        audit("tenant.allow_target", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+              after={"prefix": prefix, "max_concurrency": limit})
     return target
 
 
@@ -45,8 +112,19 @@ def remove_target_prefix(target: TargetPrefix, *, by: Actor) -> None:
     target.delete()
 
 
+@transaction.atomic
 def create_api_key(tenant: Tenant, *, label: str = "", by: Actor = SYSTEM) -> tuple[ApiKey, str]:
-    """Returns the key row and the raw key, which is shown once and never stored."""
+    """Returns the key row and the raw key, which is shown once and never stored.
+
+    Bounded per tenant, because each key has its own request rate limit: at most
+    SCHEDULER_MAX_ACTIVE_KEYS_PER_TENANT keys not revoked, and at most
+    SCHEDULER_KEY_CREATIONS_PER_HOUR made in any hour (revoked ones count: revoking and minting
+    again must not be a way around it). The tenant row is locked so that concurrent requests
+    are counted one after the other. Commands run on the server (`by` a system actor: quickstart,
+    create_api_key) are neither limited nor counted: whoever runs them can change the settings."""
+    label = _clean_text(label, field="label", max_length=MAX_LABEL)
+    if not by.name.startswith("system"):
+        _check_key_limits(tenant)
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey.objects.create(
         tenant=tenant, label=label, prefix=raw[:11], key_hash=hash_api_key(raw), created_by=by.name
@@ -54,6 +132,27 @@ def create_api_key(tenant: Tenant, *, label: str = "", by: Actor = SYSTEM) -> tu
     audit("apikey.create", by=by, obj_type="apikey", obj_id=key.id, tenant=tenant,
           after={"prefix": key.prefix, "label": label})
     return key, raw
+
+
+def _check_key_limits(tenant: Tenant) -> None:
+    Tenant.objects.select_for_update(no_key=True).filter(id=tenant.id).first()
+    keys = ApiKey.objects.filter(tenant=tenant)
+    active_cap = settings.SCHEDULER_MAX_ACTIVE_KEYS_PER_TENANT
+    if active_cap and keys.filter(revoked_at__isnull=True).count() >= active_cap:
+        raise ValidationFailed({"body": [
+            f"this tenant already has {active_cap} active API keys, the most it may have; revoke one it no "
+            "longer uses first"]})
+    hourly = settings.SCHEDULER_KEY_CREATIONS_PER_HOUR
+    if hourly:
+        hour_ago = timezone.now() - timedelta(hours=1)
+        recent = list(keys.filter(created_at__gte=hour_ago).exclude(created_by__startswith="system")
+                      .order_by("created_at").values_list("created_at", flat=True)[:hourly])
+        if len(recent) >= hourly:
+            wait = max(1, int((recent[0] + timedelta(hours=1) - timezone.now()).total_seconds()) + 1)
+            raise TooManyRequests(
+                f"this tenant has created {hourly} API keys in the last hour, the most allowed; try again in {wait} s",
+                retryAfter=wait,
+            )
 
 
 def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
@@ -65,33 +164,42 @@ def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
     return key
 
 
+@transaction.atomic
+def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in_flight=UNCHANGED,
+                           max_schedules=UNCHANGED, max_subminute_schedules=UNCHANGED, by: Actor) -> Tenant:
+    """The operator-managed settings of a tenant, given as values or as the text of a form: where
+    its run notifications (webhooks) go (empty turns them off), its cap on runs in flight, and its
+    schedule quotas (empty: the deployment's default). Everything given is checked before
+    anything changes, so a refused value leaves every setting as it was. Each change is audited."""
+    changes = {}
+    if notification_url is not UNCHANGED:
+        changes["notification_url"] = _clean_url(notification_url, field="Notification webhook URL")
+    if max_in_flight is not UNCHANGED:
+        changes["max_in_flight"] = parse_cap(max_in_flight, field="Max runs in flight")
+    if max_schedules is not UNCHANGED:
+        changes["max_schedules"] = parse_cap(max_schedules, field="Schedule quota", maximum=MAX_QUOTA)
+    if max_subminute_schedules is not UNCHANGED:
+        changes["max_subminute_schedules"] = parse_cap(
+            max_subminute_schedules, field="Sub-minute schedule quota", maximum=MAX_QUOTA)
+    changed = {k: v for k, v in changes.items() if getattr(tenant, k) != v}
+    if not changed:
+        return tenant
+    before = {k: getattr(tenant, k) for k in changed}
+    for k, v in changed.items():
+        setattr(tenant, k, v)
+    tenant.save(update_fields=list(changed))
+    for k in changed:
+        audit(f"tenant.set_{k}", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+              before={k: before[k]}, after={k: changed[k]})
+    return tenant
+
+
 def set_notification_url(tenant: Tenant, url: str, *, by: Actor) -> Tenant:
     """Where the tenant's run notifications (webhooks) go; empty turns them off. Operator-managed,
     like the target allowlist: the scheduler itself calls this URL."""
-    from schedules.targets import url_allowed
-
-    url = (url or "").strip()
-    if url and not url_allowed(url, [url]):
-        raise ValidationFailed({"notification_url": [f"{url!r} is not an absolute http(s) URL without user info"]})
-    before = tenant.notification_url
-    if before == url:
-        return tenant
-    tenant.notification_url = url
-    tenant.save(update_fields=["notification_url"])
-    audit("tenant.set_notification_url", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
-          before={"notification_url": before}, after={"notification_url": url})
-    return tenant
+    return update_tenant_settings(tenant, notification_url=url, by=by)
 
 
-def set_max_in_flight(tenant: Tenant, limit: int | None, *, by: Actor) -> Tenant:
-    """The per-tenant cap on concurrently leased runs; None removes it."""
-    if limit is not None and limit < 1:
-        raise ValidationFailed({"max_in_flight": ["must be at least 1, or empty for no limit"]})
-    before = tenant.max_in_flight
-    if before == limit:
-        return tenant
-    tenant.max_in_flight = limit
-    tenant.save(update_fields=["max_in_flight"])
-    audit("tenant.set_max_in_flight", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
-          before={"max_in_flight": before}, after={"max_in_flight": limit})
-    return tenant
+def set_max_in_flight(tenant: Tenant, limit, *, by: Actor) -> Tenant:
+    """The per-tenant cap on concurrently leased runs; None (or empty text) removes it."""
+    return update_tenant_settings(tenant, max_in_flight=limit, by=by)

@@ -1,16 +1,26 @@
-"""Who may see what in the portal: the one scoping rule every portal view goes through.
+"""Who may see what and do what, in the portal and the admin: the one place that decides.
 
-- Operators are staff users: they see every tenant.
-- Tenant users are non-staff users with a `TenantMembership`: they see only their tenants.
-- Anyone else sees nothing but a message.
+Seeing:
+- Operators see every tenant: superusers, and staff users with the `view_all_tenants`
+  permission (both built-in roles carry it).
+- Tenant users (a `TenantMembership`) see only their tenants.
+- Anyone else sees nothing but a message; a staff account without a role is no operator.
+
+Doing: `can(user, capability, tenant_id)`, with the capabilities below. An operator needs the
+capability's permission (the "Operator" role has all of them, the "Read-only operator" role none;
+superusers have all). A tenant member may operate runs, schedules and API keys of their own
+tenants, as before roles existed; the tenant settings (allowlist, webhook, caps, quotas) stay with
+operators. The API is not a user's: an API key acts for its one tenant (scheduler_project.web.api).
 
 An object outside the caller's scope answers 404, never 403, so a tenant user cannot even learn
-that another tenant's schedule or run exists.
+that another tenant's schedule or run exists; an action on an object the caller may see but not
+change answers 403.
 """
 
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import render
 
@@ -18,22 +28,78 @@ from scheduler_project.web.clientaddr import client_address
 from schedules.models import Tenant, TenantMembership
 from schedules.services import Actor
 
+# capability -> the permission that gives it to an operator (schedules.models.Tenant.Meta).
+CAPABILITIES = {
+    "view_all": "schedules.view_all_tenants",
+    "operate_runs": "schedules.operate_runs",
+    "operate_schedules": "schedules.operate_schedules",
+    "manage_keys": "schedules.manage_api_keys",
+    "manage_tenants": "schedules.manage_tenants",
+}
+# What a tenant member may do to their own tenants without any permission.
+MEMBER_CAPABILITIES = frozenset({"operate_runs", "operate_schedules", "manage_keys"})
+ROLE_OPERATOR = "Operator"
+ROLE_READ_ONLY = "Read-only operator"
+
+
+def _active(user) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_active)
+
+
+def _member_tenant_ids(user) -> list:
+    cached = getattr(user, "_portal_tenant_ids", None)
+    if cached is None:
+        cached = list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True))
+        user._portal_tenant_ids = cached
+    return cached
+
+
+def has_operator_permission(user, capability: str) -> bool:
+    """The capability across every tenant: a superuser, or staff holding its permission."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown capability {capability!r}")
+    if not _active(user):
+        return False
+    if user.is_superuser:
+        return True
+    return bool(user.is_staff and user.has_perm(CAPABILITIES[capability]))
+
+
+def can(user, capability: str, tenant_id=None) -> bool:
+    """May `user` do `capability`, to `tenant_id`'s objects (or, without one, to every tenant's)?"""
+    if has_operator_permission(user, capability):
+        return True
+    if tenant_id is None or capability not in MEMBER_CAPABILITIES or not _active(user):
+        return False
+    return tenant_id in _member_tenant_ids(user)
+
+
+def operable_tenant_ids(user, capability: str) -> list | None:
+    """The tenants whose objects the user may `capability`: None means every tenant."""
+    if has_operator_permission(user, capability):
+        return None
+    if capability not in MEMBER_CAPABILITIES or not _active(user):
+        return []
+    return _member_tenant_ids(user)
+
+
+def require(user, capability: str, tenant_id=None) -> None:
+    if not can(user, capability, tenant_id):
+        raise PermissionDenied(f"your account may not {capability.replace('_', ' ')}")
+
 
 def is_operator(user) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.is_staff)
+    """Sees every tenant (either role, or a superuser)."""
+    return has_operator_permission(user, "view_all")
 
 
 def visible_tenant_ids(user) -> list | None:
     """None means every tenant (an operator); otherwise the ids of the user's tenants."""
     if is_operator(user):
         return None
-    if not user.is_authenticated:
+    if not _active(user):
         return []
-    cached = getattr(user, "_portal_tenant_ids", None)
-    if cached is None:
-        cached = list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True))
-        user._portal_tenant_ids = cached
-    return cached
+    return _member_tenant_ids(user)
 
 
 def visible_tenants(user):
@@ -78,14 +144,33 @@ def portal_view(view):
 
 
 def operator_only(view):
-    """For operator-managed settings (target allowlists, webhooks, limits). Tenant users get 404,
-    like any other page outside their scope."""
+    """For operator-managed settings (target allowlists, webhooks, limits, quotas). Tenant users
+    get 404, like any other page outside their scope; an operator without `manage_tenants` (the
+    read-only role) gets 403."""
 
     @portal_view
     @wraps(view)
     def wrapper(request, *args, **kwargs):
-        if not is_operator(request.user):
+        if not is_operator(request.user) and not has_operator_permission(request.user, "manage_tenants"):
             raise Http404("not found")
+        require(request.user, "manage_tenants")
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+# The built-in roles, as migration schedules/0005 creates them; `role()` makes sure one exists
+# (for set-up scripts and tests: a flushed test database keeps the permissions, not the groups).
+ROLES = {
+    ROLE_OPERATOR: [perm.split(".", 1)[1] for perm in CAPABILITIES.values()],
+    ROLE_READ_ONLY: [CAPABILITIES["view_all"].split(".", 1)[1]],
+}
+
+
+def role(name: str):
+    from django.contrib.auth.models import Group, Permission
+
+    group, _ = Group.objects.get_or_create(name=name)
+    group.permissions.add(*Permission.objects.filter(content_type__app_label="schedules",
+                                                     content_type__model="tenant", codename__in=ROLES[name]))
+    return group

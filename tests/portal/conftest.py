@@ -1,6 +1,7 @@
-"""Portal personas and fixtures: an operator, a tenant user of acme, a tenant user of globex, and
-an outsider with neither role; runs in every state made through the services, then moved to the
-state a test needs with plain ORM updates (fixtures only)."""
+"""Portal personas and fixtures: an operator (the "Operator" role), a read-only operator, a staff
+account without a role, a tenant user of acme, a tenant user of globex, and an outsider with
+neither; runs in every state made through the services, then moved to the state a test needs with
+plain ORM updates (fixtures only)."""
 
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from django.test import Client
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.schedule_changes import trigger_schedule
 from scheduler_project.dbclock import db_now
+from scheduler_project.web.access import ROLE_OPERATOR, ROLE_READ_ONLY, role
 from schedules.models import TenantMembership
 from tests.helpers import ACTOR, make_schedule
 
@@ -21,9 +23,26 @@ def login(user) -> Client:
     return c
 
 
+def staff_user(username: str, role_name: str | None = None) -> User:
+    u = User.objects.create_user(username, password=f"pw-{username}-123", is_staff=True)
+    if role_name:
+        u.groups.add(role(role_name))
+    return u
+
+
 @pytest.fixture
 def operator_user(db):
-    return User.objects.create_user("olga", password="pw-olga-123", is_staff=True)
+    return staff_user("olga", ROLE_OPERATOR)
+
+
+@pytest.fixture
+def read_only_operator_user(db):
+    return staff_user("rita", ROLE_READ_ONLY)
+
+
+@pytest.fixture
+def staff_without_role_user(db):
+    return staff_user("sam")
 
 
 @pytest.fixture
@@ -48,6 +67,16 @@ def outsider(db):
 @pytest.fixture
 def operator(operator_user):
     return login(operator_user)
+
+
+@pytest.fixture
+def read_only_operator(read_only_operator_user):
+    return login(read_only_operator_user)
+
+
+@pytest.fixture
+def staff_without_role(staff_without_role_user):
+    return login(staff_without_role_user)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from schedules.models import Schedule, TenantMembership
 from schedules.tenants import create_tenant
+from scheduler_project.web.access import ROLE_OPERATOR, role
 from tests.helpers import make_schedule
 
 from .conftest import make_run
@@ -112,6 +113,7 @@ def seed():
     Run.objects.filter(id=dead.id).update(generation=3, attempts_used=3, last_error="HTTP 502 from target",
                                           finished_at=first.started_at + timedelta(seconds=62))
     staff = User.objects.create_user("olga", password="pw-olga-123", is_staff=True)
+    staff.groups.add(role(ROLE_OPERATOR))
     alice = User.objects.create_user("alice", password="pw-alice-123")
     TenantMembership.objects.create(user=alice, tenant=acme)
     return {"dead": dead, "report": report, "globex_run": Run.objects.filter(schedule=sync).first(), "staff": staff}

@@ -1,5 +1,6 @@
 """The admin as a safe back office: runs and attempts are read-only; the only changes are the
-retry and cancel actions, narrowed to valid states and made by the same services as the API."""
+retry and cancel actions, narrowed to valid states, allowed with the `operate_runs` capability
+(scheduler_project.web.access) and made by the same services as the API."""
 
 from django.contrib import admin, messages
 
@@ -7,9 +8,10 @@ from runs import services
 from runs.models import Attempt, OutboxEvent, Run
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
+from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(OperatorAdmin):
     show_full_result_count = False  # COUNT(*) over hundreds of millions of rows is not free
 
     def has_add_permission(self, request, obj=None):
@@ -22,16 +24,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(OperatorInline):
     model = Attempt
-    extra = 0
     fields = ("generation", "worker_id", "started_at", "finished_at", "outcome", "http_status", "error_class",
               "error", "latency_ms", "canceled_in_flight", "late_result")
     readonly_fields = fields
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Run)
@@ -59,11 +56,11 @@ class RunAdmin(ReadOnlyAdmin):
             msg += f"; {skipped} left alone (not in {'/'.join(states)})"
         self.message_user(request, msg)
 
-    @admin.action(description="Retry selected dead or canceled runs")
+    @admin.action(description="Retry selected dead or canceled runs", permissions=["operate_runs"])
     def retry(self, request, queryset):
         self._each(request, queryset, services.retry_run, services.RETRYABLE_FROM, "retried")
 
-    @admin.action(description="Cancel selected ready or leased runs")
+    @admin.action(description="Cancel selected ready or leased runs", permissions=["operate_runs"])
     def cancel(self, request, queryset):
         self._each(request, queryset, services.cancel_run, services.CANCELABLE_FROM, "canceled")
 

@@ -1,47 +1,63 @@
+"""Tenants, memberships, API keys, schedules and the audit log in the admin. Reads for operators
+(either role); the changes are actions and pages that call the services, each allowed only with
+its capability (scheduler_project.web.access). Nothing is deleted here: keys are revoked and
+schedules archived, so their history stays."""
+
 from django.contrib import admin, messages
 
 from scheduler_project.errors import ServiceError
-from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleVersion, TargetPrefix, Tenant, TenantMembership
 from scheduler_project.web.access import actor_for as admin_actor
+from scheduler_project.web.access import has_operator_permission
+from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
+from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleVersion, TargetPrefix, Tenant, TenantMembership
 
 
-class TargetPrefixInline(admin.TabularInline):
+class TargetPrefixInline(OperatorInline):
     """Read here; changed on the portal's tenant page, which goes through
     `schedules.tenants.add_target_prefix` / `remove_target_prefix` and so is audited."""
 
     model = TargetPrefix
-    extra = 0
-    can_delete = False
     fields = ("prefix", "max_concurrency", "created_at")
     readonly_fields = fields
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "max_in_flight", "notification_url", "created_at")
+class TenantAdmin(OperatorAdmin):
+    list_display = ("slug", "name", "max_in_flight", "max_schedules", "max_subminute_schedules", "notification_url",
+                    "created_at")
     search_fields = ("slug", "name")
     inlines = [TargetPrefixInline]
-    # The allowlist, webhook and in-flight cap change through the portal's tenant page (audited
+    # The allowlist, webhook, caps and quotas change through the portal's tenant page (audited
     # services); a direct admin edit would leave no audit entry.
-    readonly_fields = ("signing_secret", "notification_url", "max_in_flight", "created_at")
+    readonly_fields = ("signing_secret", "notification_url", "max_in_flight", "max_schedules",
+                       "max_subminute_schedules", "created_at")
+
+    def has_change_permission(self, request, obj=None):
+        return has_operator_permission(request.user, "manage_tenants") or super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(TenantMembership)
-class TenantMembershipAdmin(admin.ModelAdmin):
+class TenantMembershipAdmin(OperatorAdmin):
     list_display = ("user", "tenant")
     list_select_related = ("user", "tenant")
 
+    def has_add_permission(self, request):
+        return self.has_manage_tenants_permission(request) or super().has_add_permission(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self.has_manage_tenants_permission(request) or super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return self.has_manage_tenants_permission(request) or super().has_delete_permission(request, obj)
+
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(OperatorAdmin):
     """Keys are made with `manage.py create_api_key` or in the portal (shown once); here they
-    can be read and revoked, never created or edited."""
+    can be read and revoked, never created, edited or deleted."""
 
     list_display = ("prefix", "label", "tenant", "created_at", "last_used_at", "revoked_at")
     list_filter = ("tenant",)
@@ -51,30 +67,31 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    @admin.action(description="Revoke selected keys")
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke selected keys", permissions=["manage_keys"])
     def revoke(self, request, queryset):
         from schedules.tenants import revoke_api_key
 
         done = 0
         for key in queryset.filter(revoked_at__isnull=True):
-            revoke_api_key(key, by=admin_actor(request))
-            done += 1
+            try:
+                revoke_api_key(key, by=admin_actor(request))
+                done += 1
+            except ServiceError as e:
+                self.message_user(request, f"{key}: {e.message}", level=messages.WARNING)
         self.message_user(request, f"revoked {done} key(s)")
 
 
-class VersionInline(admin.TabularInline):
+class VersionInline(OperatorInline):
     model = ScheduleVersion
-    extra = 0
-    can_delete = False
     fields = ("version", "expression", "time_zone", "target_url", "created_by", "created_at", "changes")
     readonly_fields = fields
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(OperatorAdmin):
     list_display = ("name", "id", "tenant", "version", "enabled", "status", "next_run_at")
     list_filter = ("enabled", "status", "tenant")
     search_fields = ("name", "id")
@@ -88,6 +105,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False
+
     def _each(self, request, queryset, fn, label):
         done = 0
         for s in queryset:
@@ -98,13 +118,13 @@ class ScheduleAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{s}: {e.message}", level=messages.WARNING)
         self.message_user(request, f"{label} {done} schedule(s)")
 
-    @admin.action(description="Pause selected schedules")
+    @admin.action(description="Pause selected schedules", permissions=["operate_schedules"])
     def pause(self, request, queryset):
         from runs.schedule_changes import pause_schedule
 
         self._each(request, queryset.filter(enabled=True), pause_schedule, "paused")
 
-    @admin.action(description="Resume selected schedules")
+    @admin.action(description="Resume selected schedules", permissions=["operate_schedules"])
     def resume(self, request, queryset):
         from runs.schedule_changes import resume_schedule
 
@@ -112,7 +132,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
 
 @admin.register(ScheduleVersion)
-class ScheduleVersionAdmin(admin.ModelAdmin):
+class ScheduleVersionAdmin(OperatorAdmin):
     list_display = ("schedule", "version", "expression", "time_zone", "created_by", "created_at")
     readonly_fields = [f.name for f in ScheduleVersion._meta.fields]
 
@@ -124,7 +144,7 @@ class ScheduleVersionAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(OperatorAdmin):
     list_display = ("at", "actor", "action", "object_type", "object_id", "tenant", "remote_addr")
     list_filter = ("action", "tenant")
     search_fields = ("object_id", "actor")

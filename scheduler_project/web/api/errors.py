@@ -22,6 +22,7 @@ from rest_framework.views import exception_handler as drf_handler
 
 from scheduler_project.errors import PayloadTooLarge, ServiceError, ValidationFailed
 from scheduler_project.web.bodylimit import max_request_bytes
+from schedules import timeexpr
 
 log = logging.getLogger("scheduler.api")
 
@@ -125,7 +126,13 @@ def exception_handler(exc, context):
     if isinstance(exc, ValidationFailed):
         return Response({"errors": flatten_errors(exc.errors)}, status=400)
     if isinstance(exc, ServiceError):
-        return Response({"error": exc.message, **exc.extra}, status=exc.status)
+        resp = Response({"error": exc.message, **exc.extra}, status=exc.status)
+        if exc.status == 429 and "retryAfter" in exc.extra:
+            resp["Retry-After"] = str(exc.extra["retryAfter"])
+        return resp
+    if isinstance(exc, timeexpr.ExpressionError):
+        # A stored rule met its work budget (e.g. over a backfill's range): the engine's message.
+        return Response({"errors": {exc.field: [str(exc)]}}, status=400)
     if isinstance(exc, exceptions.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"body": exc.detail}
         return Response({"errors": flatten_errors(_plain(detail))}, status=400)

@@ -6,21 +6,29 @@ from django.contrib import messages
 from django.shortcuts import render
 
 from scheduler_project.errors import ServiceError, ValidationFailed
+from scheduler_project.web.api.schedule_serializers import EARLIEST, LATEST
 from scheduler_project.web.pagination import Keyset, Page
+from schedules import timeexpr
 from scheduler_project.web.params import parse_uuid  # noqa: F401  (the portal's views import it from here)
 
 PAGE_SIZE = 50
 
 
+WHEN_RANGE_TEXT = "between 1970-01-01 and 2999-12-31"
+
+
 def parse_when(raw: str | None):
-    """A datetime-local form value (or ISO text) read as UTC; None when empty or unreadable."""
-    if not raw:
+    """A datetime-local form value (or ISO text) read as UTC; None when empty, unreadable, or
+    outside the range the API accepts too (1970-2999): year 1 or 9999 with an offset is not even
+    a date Python can hold in UTC, and no run is ever there."""
+    if not raw or len(raw) > 64:
         return None
     try:
         dt = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
-    except ValueError:
+        dt = dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
         return None
-    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt
+    return dt if EARLIEST <= dt < LATEST else None
 
 
 def keyset_page(keyset: Keyset, qs, cursor: str | None, *, size: int | None = None) -> Page:
@@ -43,13 +51,29 @@ def render_view(request, template: str, context: dict, *, partial: str | None = 
     return render(request, template_for(request, template, partial), context, status=status)
 
 
+def service_message(e: ServiceError) -> str:
+    """What a person is told: field errors as "Field: message" each (the service names fields as
+    people read them), a body-level one as the message alone."""
+    if isinstance(e, ValidationFailed):
+        parts = []
+        for field, errors in e.errors.items():
+            for error in errors:
+                parts.append(error if field in ("body", "__all__") else f"{field[:1].upper()}{field[1:]}: {error}")
+        return " ".join(parts)
+    return e.message
+
+
 def call_service(request, fn, *args, success: str | None = None, **kwargs):
     """Run one service call; a ServiceError becomes a message the operator can act on, never a
     500. Returns (ok, result)."""
     try:
         result = fn(*args, **kwargs)
     except ServiceError as e:
-        messages.error(request, e.message)
+        messages.error(request, service_message(e))
+        return False, None
+    except timeexpr.ExpressionError as e:
+        # A stored rule the time engine now refuses (e.g. past its work budget for this range).
+        messages.error(request, str(e))
         return False, None
     if success:
         messages.success(request, success.format(result=result))

@@ -5,6 +5,7 @@ Each bulk action first shows how many runs it will touch, then loops the single-
 one transaction per run, so one run that changed state meanwhile is reported, not fatal."""
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Max
 from django.db.models.functions import Left
 from django.http import HttpResponseNotAllowed
@@ -15,7 +16,7 @@ from django.utils.http import urlencode
 from runs import services
 from runs.models import Run, RunState
 from scheduler_project.web.portal.runs import run_filters, runs_page, _tenant_ids_for_merge
-from scheduler_project.web.access import actor_for, is_operator, portal_view, scope, visible_tenants
+from scheduler_project.web.access import actor_for, is_operator, operable_tenant_ids, portal_view, scope, visible_tenants
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.portal.common import parse_uuid, render_view
 
@@ -69,7 +70,7 @@ def dlq(request):
     return render_view(request, "runs/dlq.html", {
         "view": view_name, "f": values, "groups": _groups(qs), "page": page,
         "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
-        "bulk_limit": BULK_LIMIT,
+        "bulk_limit": BULK_LIMIT, "can_operate": operable_tenant_ids(request.user, "operate_runs") != [],
     }, partial="results")
 
 
@@ -84,6 +85,9 @@ def _targets(request, view_name, action):
         ids = [u for u in (parse_uuid(x) for x in request.POST.getlist("ids")) if u]
         base = scope(Run.objects.filter(id__in=ids), request.user)
     valid = base.filter(state__in=states)
+    operable = operable_tenant_ids(request.user, "operate_runs")
+    if operable is not None:
+        valid = valid.filter(tenant_id__in=operable)
     return valid.order_by("-scheduled_time", "-id")
 
 
@@ -91,6 +95,8 @@ def _targets(request, view_name, action):
 def dlq_action(request):
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
+    if operable_tenant_ids(request.user, "operate_runs") == []:
+        raise PermissionDenied("your account may not retry or cancel runs")
     view_name = _view_name(request)
     action = request.POST.get("action", "")
     back = reverse("runs-dlq") + "?" + urlencode({"view": view_name})

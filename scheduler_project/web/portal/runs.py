@@ -7,7 +7,8 @@ from django_htmx.http import HttpResponseStopPolling
 
 from runs import services
 from runs.models import TERMINAL_STATES, Run, RunState
-from scheduler_project.web.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenant_ids, visible_tenants
+from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require, scope,
+                                          visible_tenant_ids, visible_tenants)
 from schedules.models import Schedule
 from scheduler_project.errors import ValidationFailed
 from scheduler_project.web.pagination import RUN_PAGES, Page
@@ -94,8 +95,8 @@ def _detail_context(request, run):
         "run": run,
         "attempts": run.attempts.order_by("-generation"),
         "live": run.state not in TERMINAL_STATES,
-        "can_retry": run.state in services.RETRYABLE_FROM,
-        "can_cancel": run.state in services.CANCELABLE_FROM,
+        "can_retry": run.state in services.RETRYABLE_FROM and can(request.user, "operate_runs", run.tenant_id),
+        "can_cancel": run.state in services.CANCELABLE_FROM and can(request.user, "operate_runs", run.tenant_id),
         "is_operator": is_operator(request.user),
         "start_lag": (run.first_started_at - run.scheduled_time).total_seconds() if run.first_started_at else None,
     }
@@ -123,6 +124,7 @@ def _run_action(service, success):
     @require_POST
     def view(request, pk):
         run = _load(request, pk)
+        require(request.user, "operate_runs", run.tenant_id)
         call_service(request, service, run, by=actor_for(request), success=success)
         if request.htmx:
             return render_view(request, "runs/detail.html", _detail_context(request, _load(request, pk)), partial="live")

@@ -11,14 +11,15 @@ from django.views.decorators.http import require_POST
 
 from runs import schedule_changes
 from runs.models import Run
-from scheduler_project.web.access import actor_for, get_scoped, is_operator, portal_view, scope, visible_tenants
+from scheduler_project.web.access import actor_for, can, get_scoped, is_operator, portal_view, require, scope, visible_tenants
 from scheduler_project.errors import ServiceError
 from schedules import timeexpr
 from schedules.occurrences import upcoming
 from schedules.models import Schedule, ScheduleStatus
 from schedules.services import rule_for
 from scheduler_project.web.pagination import SCHEDULE_PAGES
-from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, parse_when, render_view
+from scheduler_project.web.portal.common import (WHEN_RANGE_TEXT, call_service, keyset_page, parse_uuid, parse_when,
+                                                 render_view, service_message)
 
 STATUS_FILTERS = {
     "active": {"status": ScheduleStatus.ACTIVE, "enabled": True},
@@ -74,6 +75,7 @@ def _detail_context(request, schedule):
         # run_schedule_time_idx: the newest runs of one schedule are an index range.
         "recent_runs": Run.objects.filter(schedule_id=schedule.id).order_by("-scheduled_time", "-id")[:20],
         "is_operator": is_operator(request.user),
+        "can_operate": can(request.user, "operate_schedules", schedule.tenant_id),
     }
 
 
@@ -88,6 +90,7 @@ def _action(service, success):
     @require_POST
     def view(request, pk):
         schedule = get_scoped(_schedules(request), request.user, id=pk)
+        require(request.user, "operate_schedules", schedule.tenant_id)
         ok, result = call_service(request, service, schedule, by=actor_for(request))
         if ok:
             messages.success(request, success(result))
@@ -114,21 +117,26 @@ def schedule_backfill(request, pk):
     """Three steps, so nothing is created by accident: the form (GET), the plan with its count
     (POST without confirm), and the backfill itself (POST with confirm)."""
     schedule = get_scoped(_schedules(request), request.user, id=pk)
-    start, end = parse_when(request.POST.get("start") or request.GET.get("start")), parse_when(
-        request.POST.get("end") or request.GET.get("end"))
+    require(request.user, "operate_schedules", schedule.tenant_id)
+    raw_start = request.POST.get("start") or request.GET.get("start")
+    raw_end = request.POST.get("end") or request.GET.get("end")
+    start, end = parse_when(raw_start), parse_when(raw_end)
     ctx = {"schedule": schedule, "start": start, "end": end, "plan": None}
     if request.method == "GET":
         return render_view(request, "schedules/backfill.html", ctx, partial="plan")
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
+    if (raw_start and not start) or (raw_end and not end):
+        messages.error(request, f"Give the start and the end as UTC date-times {WHEN_RANGE_TEXT}.")
+        return render_view(request, "schedules/backfill.html", ctx, partial="plan", status=400)
     if not start or not end:
         messages.error(request, "Give both a start and an end (UTC).")
         return render_view(request, "schedules/backfill.html", ctx, partial="plan", status=400)
     if request.POST.get("confirm") != "yes":
         try:
             todo, total = schedule_changes.plan_backfill(schedule, start, end)
-        except ServiceError as e:
-            messages.error(request, e.message)
+        except (ServiceError, timeexpr.ExpressionError) as e:
+            messages.error(request, service_message(e) if isinstance(e, ServiceError) else str(e))
             return render_view(request, "schedules/backfill.html", ctx, partial="plan", status=400)
         ctx["plan"] = {"create": len(todo), "total": total, "existing": total - len(todo), "sample": todo[:10]}
         return render_view(request, "schedules/backfill.html", ctx, partial="plan")

@@ -1,14 +1,20 @@
 """Tenants: their target allowlists (operators), API keys (created once, revoked) and
-notification webhook; every change through `schedules.tenants`."""
+notification webhook, caps and quotas; every change through `schedules.tenants`, which checks
+every value."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
-from scheduler_project.web.access import actor_for, get_scoped, is_operator, operator_only, portal_view, visible_tenants
+from scheduler_project.web.access import (actor_for, can, get_scoped, has_operator_permission, is_operator,
+                                          operator_only, portal_view, require, visible_tenants)
 from schedules import tenants as tenant_services
 from schedules.models import ApiKey, TargetPrefix, Tenant
 from scheduler_project.web.portal.common import call_service, render_view
+
+# The settings form's fields and the service's arguments; a field the form does not carry is
+# left as it is.
+SETTINGS_FIELDS = ("notification_url", "max_in_flight", "max_schedules", "max_subminute_schedules")
 
 
 @portal_view
@@ -29,6 +35,8 @@ def _context(request, tenant, **extra):
         "targets": tenant.targets.all(),
         "keys": tenant.api_keys.all(),
         "is_operator": is_operator(request.user),
+        "can_manage_keys": can(request.user, "manage_keys", tenant.id),
+        "can_manage_tenant": has_operator_permission(request.user, "manage_tenants"),
         **extra,
     }
 
@@ -43,8 +51,9 @@ def tenant_detail(request, pk):
 @require_POST
 def key_create(request, pk):
     tenant = _tenant(request, pk)
-    label = request.POST.get("label", "").strip()[:200]
-    ok, made = call_service(request, tenant_services.create_api_key, tenant, label=label, by=actor_for(request))
+    require(request.user, "manage_keys", tenant.id)
+    ok, made = call_service(request, tenant_services.create_api_key, tenant, label=request.POST.get("label", ""),
+                            by=actor_for(request))
     ctx = _context(request, tenant, new_key=made[1] if ok else None, new_key_row=made[0] if ok else None)
     # The raw key is in this response only: it is not stored, so the page must not be cached.
     response = render_view(request, "tenants/detail.html", ctx, partial="keys")
@@ -56,6 +65,7 @@ def key_create(request, pk):
 @require_POST
 def key_revoke(request, pk, key_id):
     tenant = _tenant(request, pk)
+    require(request.user, "manage_keys", tenant.id)
     key = get_object_or_404(ApiKey, id=key_id, tenant=tenant)
     call_service(request, tenant_services.revoke_api_key, key, by=actor_for(request),
                  success=f"Revoked key {key.prefix}…; requests made with it now answer 401.")
@@ -69,10 +79,8 @@ def key_revoke(request, pk, key_id):
 def target_add(request, pk):
     tenant = _tenant(request, pk)
     prefix = request.POST.get("prefix", "").strip()
-    raw = request.POST.get("max_concurrency", "").strip()
-    limit = int(raw) if raw.isdigit() and int(raw) > 0 else None
     call_service(request, tenant_services.add_target_prefix, tenant, prefix, by=actor_for(request),
-                 max_concurrency=limit, success=f"Allowed {prefix}")
+                 max_concurrency=request.POST.get("max_concurrency", ""), success=f"Allowed {prefix[:200]}")
     return redirect("schedules-tenant-detail", pk=tenant.id)
 
 
@@ -90,15 +98,8 @@ def target_remove(request, pk, target_id):
 @require_POST
 def tenant_settings(request, pk):
     tenant = _tenant(request, pk)
-    by = actor_for(request)
-    ok, _ = call_service(request, tenant_services.set_notification_url, tenant,
-                         request.POST.get("notification_url", ""), by=by)
-    raw = request.POST.get("max_in_flight", "").strip()
+    given = {name: request.POST[name] for name in SETTINGS_FIELDS if name in request.POST}
+    ok, _ = call_service(request, tenant_services.update_tenant_settings, tenant, by=actor_for(request), **given)
     if ok:
-        if raw and not raw.isdigit():
-            messages.error(request, "max in flight must be a whole number, or empty for no limit")
-        else:
-            ok, _ = call_service(request, tenant_services.set_max_in_flight, tenant, int(raw) if raw else None, by=by)
-            if ok:
-                messages.success(request, "Settings saved.")
+        messages.success(request, "Settings saved.")
     return redirect("schedules-tenant-detail", pk=tenant.id)

@@ -1,0 +1,44 @@
+"""Text that browsers send to the portal, the admin and the login pages: no NUL, no huge values.
+
+PostgreSQL refuses NUL (U+0000) in text, so a filter such as `/schedules/?q=%00` or a key label
+with one used to end in a 500 wherever the value reached a query; and SQLite refuses a LIKE
+pattern over 50,000 bytes, so a huge `?q=` did the same on the embedded database. No page has a
+use for either (the longest value a form takes is a 2,000-character URL), so every query-string
+and form value (names too) is checked once, here, before any view runs, and a request carrying
+one is answered 400 with a message saying what to change. The API checks its own input and
+answers in JSON (scheduler_project.web.api).
+"""
+
+from django.http import HttpResponseBadRequest
+
+MAX_VALUE_LENGTH = 4000
+NUL_MESSAGE = ("A field of this request contains a NUL character (\\x00, %00), which cannot be stored or "
+               "searched for. Remove it and try again.")
+LONG_MESSAGE = f"A field of this request is longer than {MAX_VALUE_LENGTH} characters. Shorten it and try again."
+
+
+def problem(data) -> str | None:
+    for key, values in data.lists():
+        for text in (key, *values):
+            if "\x00" in text:
+                return NUL_MESSAGE
+            if len(text) > MAX_VALUE_LENGTH:
+                return LONG_MESSAGE
+    return None
+
+
+class RefuseBadTextMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_view(self, request, view, args, kwargs):
+        # After the CSRF check (listed after its middleware), so a forged POST is still a 403.
+        if request.path.startswith("/api/"):
+            return None
+        message = problem(request.GET) or (problem(request.POST) if request.method == "POST" else None)
+        if message:
+            return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+        return None
