@@ -4,6 +4,7 @@
 Requests carry a real key; ids in paths are swapped for real objects of the key's tenant so the
 operations get past the 404 and do their work (the 404s are covered in test_tenant_isolation)."""
 
+import dataclasses
 import os
 
 import hypothesis
@@ -14,12 +15,8 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis import DataGenerationMethod
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.checks import ALL_CHECKS
+from schemathesis.types import NotSet
 
 from runs import schedule_changes
 from schedules.tenants import create_api_key
@@ -41,7 +38,10 @@ schema = schemathesis.from_wsgi(
     data_generation_methods=[DataGenerationMethod.positive, DataGenerationMethod.negative],
 )
 
-CHECKS = (not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance)
+# `--checks all`: no 5xx; status codes, content types, headers and bodies as documented; negative
+# data (wrong types, out-of-range values, missing fields) rejected; and no operation that
+# declares the bearer key answers without it.
+CHECKS = ALL_CHECKS
 
 
 @pytest.fixture
@@ -71,6 +71,11 @@ def world(db, same_connection, tenant, target, settings):
     }
 
 
+def negative(meta, part: str) -> bool:
+    method = getattr(meta, part, None) if meta is not None else None
+    return bool(method and method.is_negative)
+
+
 @schema.parametrize()
 @settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "50")),
@@ -78,13 +83,27 @@ def world(db, same_connection, tenant, target, settings):
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 def test_no_operation_answers_5xx_or_off_schema(case, world):
-    if "id" in (case.path_parameters or {}):
+    meta = case.meta
+    if meta is not None and negative(meta, "path_parameters") and not case.operation.path_parameters:
+        # schemathesis 3.x marks the path negative even where there is no path parameter to
+        # negate, and then counts an ignored extra query parameter or header as accepted negative
+        # data; the request has no path negation, so say so.
+        case.meta = meta = dataclasses.replace(meta, path_parameters=None)
+    if meta is not None and negative(meta, "body") and isinstance(case.body, NotSet):
+        # Likewise a body marked negative that was never generated: no body, where one is optional
+        # (POST /keys takes an optional label), is a valid request.
+        case.meta = meta = dataclasses.replace(meta, body=None)
+    if "id" in (case.path_parameters or {}) and not negative(meta, "path_parameters"):
         for prefix, real in world["ids"].items():
             if case.path.startswith(prefix):
                 case.path_parameters["id"] = str(real)
-    if isinstance(case.body, dict) and isinstance(case.body.get("target"), dict) and "url" in case.body["target"]:
+    if (isinstance(case.body, dict) and isinstance(case.body.get("target"), dict) and "url" in case.body["target"]
+            and not negative(meta, "body")):
         # A random URL is always off the allowlist; an allowed one lets the rest of the body reach
         # the services (expression parsing, policies, bounds) instead of stopping at the target.
+        # (Not in a negative body: the URL may be what was made invalid.)
         case.body["target"]["url"] = world["target_url"]
-    response = case.call(headers=world["headers"])
-    case.validate_response(response, checks=CHECKS)
+    # On the case itself, so that ignored_auth can take the key away and send the request again.
+    case.headers = {**(case.headers or {}), **world["headers"]}
+    response = case.call()
+    case.validate_response(response, checks=CHECKS, headers=world["headers"])

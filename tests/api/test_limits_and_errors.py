@@ -167,6 +167,22 @@ def test_bad_list_parameters_are_field_errors(api, params, field):
     assert field in resp.json()["errors"]
 
 
+@pytest.mark.parametrize("path", ["/api/v1/runs", "/api/v1/schedules", "/api/v1/keys", "/api/v1/audit"])
+@pytest.mark.parametrize("param", ["cursor", "limit"])
+def test_an_empty_query_parameter_is_a_400_not_no_filter(api, path, param):
+    # `?cursor=` used to mean the first page and `?limit=` the default: a client that sent an
+    # empty value by mistake got an answer to another question.
+    resp = api.get(path, {param: ""})
+    assert resp.status_code == 400
+    assert resp.json()["errors"][param] == ["give a value or leave the parameter out"]
+
+
+@pytest.mark.parametrize("value", ["1", "0", "yes", "True", "FALSE", ""])
+def test_enabled_is_true_or_false_exactly(api, value):
+    assert api.get("/api/v1/schedules", {"enabled": value}).status_code == 400
+    assert api.get("/api/v1/schedules", {"enabled": "true"}).status_code == 200
+
+
 def test_a_cursor_from_another_list_is_refused(api, target):
     for _ in range(2):
         api.post("/api/v1/schedules", base(target), format="json")

@@ -14,11 +14,13 @@ from scheduler_project.web.params import parse_uuid
 from scheduler_project.web.api.schedules import (
     BODY_ERRORS,
     PAGE_PARAMS,
+    TEXT,
     actor,
     error_responses,
     page_of,
     parse_choices,
     parse_instant,
+    refuse_empty_params,
     require_empty_body,
 )
 
@@ -39,17 +41,18 @@ class RunListView(APIView):
         summary="List runs",
         description="Newest scheduled time first, with their attempts. Never counted: follow `next`.",
         parameters=[
-            OpenApiParameter("schedule", str, required=False, description="a schedule id"),
-            OpenApiParameter("state", str, required=False,
+            OpenApiParameter("schedule", TEXT, required=False, description="a schedule id"),
+            OpenApiParameter("state", TEXT, required=False,
                              description=f"comma-separated: {', '.join(RunState.values)}"),
-            OpenApiParameter("from", str, required=False,
+            OpenApiParameter("from", TEXT, required=False,
                              description="scheduledTime at or after (ISO 8601 with offset)"),
-            OpenApiParameter("to", str, required=False, description="scheduledTime before (ISO 8601 with offset)"),
+            OpenApiParameter("to", TEXT, required=False, description="scheduledTime before (ISO 8601 with offset)"),
             *PAGE_PARAMS,
         ],
         responses={200: page_of(RunOut, "RunPage"), **error_responses(400)},
     )
     def get(self, request):
+        refuse_empty_params(request)
         params = request.query_params
         qs = Run.objects.filter(tenant=request.user.tenant).select_related("occurrence")
         schedule_id = parse_uuid(params.get("schedule"), field="schedule")

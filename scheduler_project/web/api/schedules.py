@@ -90,10 +90,19 @@ IDEMPOTENCY_PARAM = OpenApiParameter(
     IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False,
     description="Makes a retried request return the first result. Reusing a key with a different body answers 422.",
 )
+# Query parameters are either left out or given a value: `?cursor=` or `?enabled=` is a 400, not
+# "no filter", so a client that sends an empty value by mistake hears about it.
+TEXT = {"type": "string", "minLength": 1}
 PAGE_PARAMS = [
-    OpenApiParameter("cursor", str, required=False, description="the `next` value of the previous page"),
+    OpenApiParameter("cursor", TEXT, required=False, description="the `next` value of the previous page"),
     OpenApiParameter("limit", int, required=False, description="1-200, default 50"),
 ]
+
+
+def refuse_empty_params(request) -> None:
+    empty = sorted(name for name, values in request.query_params.lists() if any(v == "" for v in values))
+    if empty:
+        raise ValidationFailed({name or "(unnamed)": ["give a value or leave the parameter out"] for name in empty})
 
 
 def page_of(out_serializer, name: str):
@@ -115,11 +124,8 @@ def text_param(raw, name: str, max_length: int = 200) -> str | None:
 def parse_bool(raw, name: str) -> bool | None:
     if raw in (None, ""):
         return None
-    low = raw.lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
+    if raw in ("true", "false"):
+        return raw == "true"
     raise ValidationFailed({name: ["must be true or false"]})
 
 
@@ -174,14 +180,16 @@ class ScheduleListView(APIView):
         summary="List schedules",
         description="Newest first. Archived schedules are left out unless `status` asks for them.",
         parameters=[
-            OpenApiParameter("enabled", bool, required=False, description="true: running; false: paused"),
-            OpenApiParameter("status", str, required=False,
+            OpenApiParameter("enabled", {"type": "string", "enum": ["true", "false"]}, required=False,
+                             description="true: running; false: paused"),
+            OpenApiParameter("status", TEXT, required=False,
                              description="comma-separated: active, completed, archived (default active,completed)"),
             *PAGE_PARAMS,
         ],
         responses={200: page_of(ScheduleOut, "SchedulePage"), **error_responses(400)},
     )
     def get(self, request):
+        refuse_empty_params(request)
         params = request.query_params
         qs = Schedule.objects.filter(tenant=request.user.tenant).select_related("current")
         enabled = parse_bool(params.get("enabled"), "enabled")
@@ -304,6 +312,7 @@ class ScheduleOccurrencesView(APIView):
     )
     def get(self, request, pk):
         schedule = tenant_schedule(request, pk)
+        refuse_empty_params(request)
         count = parse_count(request.query_params.get("count"))
         try:
             occs = upcoming(schedule, rule_for(schedule.current, schedule.anchor_at), count)
@@ -357,6 +366,7 @@ class ApiKeyListView(APIView):
         responses={200: page_of(ApiKeyOut, "ApiKeyPage"), **error_responses(400)},
     )
     def get(self, request):
+        refuse_empty_params(request)
         page = KEY_PAGES.page_from_params(ApiKey.objects.filter(tenant=request.user.tenant), request.query_params)
         return Response({"results": ApiKeyOut(page.items, many=True).data, "next": page.next})
 
@@ -407,13 +417,14 @@ class AuditListView(APIView):
         description="Every change: who (key:<prefix> or user:<name>), what, when, from where, and "
                     "before/after. Newest first.",
         parameters=[
-            OpenApiParameter("objectId", str, required=False, description="only entries about this object"),
-            OpenApiParameter("action", str, required=False, description="e.g. schedule.edit"),
+            OpenApiParameter("objectId", TEXT, required=False, description="only entries about this object"),
+            OpenApiParameter("action", TEXT, required=False, description="e.g. schedule.edit"),
             *PAGE_PARAMS,
         ],
         responses={200: page_of(AuditEntryOut, "AuditPage"), **error_responses(400)},
     )
     def get(self, request):
+        refuse_empty_params(request)
         params = request.query_params
         qs = AuditEntry.objects.filter(tenant=request.user.tenant)
         object_id = text_param(params.get("objectId"), "objectId", 64)
