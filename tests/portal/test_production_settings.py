@@ -5,6 +5,7 @@ The health endpoints stay reachable over plain HTTP for load balancers."""
 
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 
@@ -13,16 +14,30 @@ from django.test import Client
 
 from tests.faults.harness import ROOT
 
-# The README's production environment (its "Production set-up" section), with a placeholder host.
-DOCUMENTED = {
-    "DATABASE_URL": "postgres://scheduler@db.internal:5432/scheduler",
-    "ALLOWED_HOSTS": "scheduler.example.com",
-    "CSRF_TRUSTED_ORIGINS": "https://scheduler.example.com",
-    "SCHEDULER_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
-    "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
-    "SECURE_HSTS_PRELOAD": "true",
-    "WHITENOISE_USE_FINDERS": "false",
-}
+
+
+def documented_environment() -> dict:
+    """The `export` lines of the README's production set-up, as a shell would set them (the
+    SECRET_KEY line runs Python; a fresh key of the same kind stands in)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Production set-up", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    env = {}
+    for line in block.splitlines():
+        if not line.startswith("export "):
+            continue
+        if "$(" in line:  # a command substitution: the name only
+            env[line[len("export "):].split("=", 1)[0]] = None
+            continue
+        for word in shlex.split(line[len("export "):], comments=True):
+            name, _, value = word.partition("=")
+            env[name] = value
+    assert "SECRET_KEY" in env, "the README no longer sets SECRET_KEY"
+    del env["SECRET_KEY"]
+    assert env["DATABASE_URL"].startswith("postgres://") and env["SECURE_HSTS_PRELOAD"] == "true", env
+    return env
+
+
+DOCUMENTED = documented_environment()
 
 
 def run_django(env_extra: dict, *args) -> subprocess.CompletedProcess:
