@@ -81,14 +81,25 @@ class TargetPrefix(models.Model):
         return self.prefix
 
 
+class MemberRole(models.TextChoices):
+    VIEWER = "viewer"  # sees the tenant's schedules, runs, keys and settings
+    ADMIN = "admin"  # also acts on its schedules, runs, keys, members and signing secret
+
+
 class TenantMembership(models.Model):
-    """A portal user who belongs to a tenant sees only that tenant's data."""
+    """A portal user who belongs to a tenant sees only that tenant's data; what they may do there
+    is their role's (scheduler_project/web/access.py decides)."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="members")
+    # Admin by default: memberships made before roles existed could act, and keep doing so.
+    role = models.CharField(max_length=16, choices=MemberRole.choices, default=MemberRole.ADMIN)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique"),
+            models.CheckConstraint(condition=Q(role__in=["viewer", "admin"]), name="membership_role_valid"),
+        ]
 
 
 def hash_api_key(raw: str) -> str:

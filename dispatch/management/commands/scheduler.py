@@ -22,6 +22,7 @@ def start_loops(loops: LoopThreads) -> None:
     loops.start(Scanner())
     loops.start(Reconciler())
     loops.start(Relay())
+    loops.start(__import__("dispatch.activity", fromlist=["ActivityAggregator"]).ActivityAggregator())
 
 
 def default_workers() -> int:

@@ -1,0 +1,272 @@
+"""The activity loop: folds finished attempts into the pre-aggregated tables the portal's charts
+and schedule figures read (dispatch.models: ActivityMinute, ScheduleActivity), so that no page
+reads the attempts table, whose size is the whole history.
+
+One pass (`ActivityAggregator.step`), in one transaction:
+
+1. Lock the cursor row (ActivityCursor). Passes of several loops (one per `reconcile` or
+   `scheduler` process) take turns on it, so no attempt is counted twice. On SQLite the
+   transaction itself is the lock (one writer at a time).
+2. Re-read the attempts parked in ActivityPending (passed while still open) by primary key;
+   the ones that have ended are counted and unparked, the ones that no longer exist unparked.
+3. Read the next attempts after the watermark by primary key, at most BATCH. Attempt ids are
+   handed out when a claim inserts the row, but a claim's transaction may commit after a later
+   one's; so the pass stops at the first attempt that started less than SETTLE ago, leaving
+   room for an older id to appear. An attempt still open is parked (step 2 counts it later).
+4. Add the counts to the per-minute rows (the tenant's and the all-tenants row) and update each
+   schedule's summary row; advance the watermark.
+5. Now and then, delete minute rows older than RETENTION.
+
+Each pass costs a primary-key range of at most BATCH attempts (joined to their runs by primary
+key), PENDING_BATCH primary-key lookups, and writes proportional to what it read, whatever the
+size of the history. A new database starts INITIAL_TAIL attempts back rather than at the
+beginning of time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+
+from django.db import transaction
+
+from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMinute, ActivityPending,
+                             ScheduleActivity)
+from runs.models import Attempt, AttemptOutcome, RunKind
+from scheduler_project.dbclock import db_now
+
+log = logging.getLogger("scheduler.activity")
+
+BATCH = 2000
+PENDING_BATCH = 5000
+# Longer than any claim transaction takes between inserting its attempts and committing.
+SETTLE = timedelta(seconds=10)
+RETENTION = timedelta(days=8)
+PRUNE_EVERY = timedelta(minutes=10)
+PRUNE_BATCH = 5000
+INITIAL_TAIL = 100_000
+IDLE_SECONDS = 2.0
+
+OUTCOME_CODES = {AttemptOutcome.SUCCEEDED: "s", AttemptOutcome.FAILED: "f", AttemptOutcome.UNKNOWN: "u",
+                 AttemptOutcome.ABANDONED: "a"}
+FIELDS = ("id", "generation", "started_at", "finished_at", "outcome", "http_status", "latency_ms", "error_class",
+          "error", "run_id", "run__tenant_id", "run__schedule_id", "run__scheduled_time", "run__kind")
+
+
+def lag_bucket(seconds: float) -> int:
+    for i, bound in enumerate(LAG_BOUNDS):
+        if seconds <= bound:
+            return i
+    return len(LAG_BOUNDS)
+
+
+def minute_of(at: datetime) -> datetime:
+    return at.astimezone(timezone.utc).replace(second=0, microsecond=0)
+
+
+def _initial_watermark() -> int:
+    """The id just below the INITIAL_TAIL-th newest attempt (0 with fewer). Cost: a backward
+    primary-key scan of INITIAL_TAIL entries, once per database."""
+    row = Attempt.objects.order_by("-id").values_list("id", flat=True)[INITIAL_TAIL - 1:INITIAL_TAIL]
+    return row[0] - 1 if row else 0
+
+
+class _Tally:
+    """The increments of one pass, applied at its end."""
+
+    def __init__(self):
+        self.minutes: dict[tuple, dict] = defaultdict(lambda: {"succeeded": 0, "failed": 0, "unknown": 0,
+                                                               "lag": [0] * (len(LAG_BOUNDS) + 1),
+                                                               "latency_sum": 0, "latency_count": 0})
+        self.schedules: dict = defaultdict(list)
+        self.counted = 0
+
+    def add(self, a: dict) -> None:
+        outcome = a["outcome"]
+        tenant = a["run__tenant_id"]
+        self.counted += 1
+        if outcome in (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN):
+            minute = minute_of(a["finished_at"])
+            for key in ((tenant, minute), (ALL_TENANTS, minute)):
+                m = self.minutes[key]
+                m[outcome] += 1
+                if a["latency_ms"] is not None:
+                    m["latency_sum"] += a["latency_ms"]
+                    m["latency_count"] += 1
+        # A backfill's scheduled times are in the past on purpose: its lag says nothing.
+        if a["generation"] == 1 and a["run__kind"] != RunKind.BACKFILL and a["started_at"]:
+            lag = max(0.0, (a["started_at"] - a["run__scheduled_time"]).total_seconds())
+            bucket = lag_bucket(lag)
+            minute = minute_of(a["started_at"])
+            for key in ((tenant, minute), (ALL_TENANTS, minute)):
+                self.minutes[key]["lag"][bucket] += 1
+        # Abandoned attempts (given back at shutdown, canceled mid-call) are no result of the target.
+        if outcome != AttemptOutcome.ABANDONED:
+            self.schedules[a["run__schedule_id"]].append(a)
+
+    def apply(self) -> None:
+        self._apply_minutes()
+        self._apply_schedules()
+
+    def _apply_minutes(self) -> None:
+        if not self.minutes:
+            return
+        tenants = {k[0] for k in self.minutes}
+        minutes = {k[1] for k in self.minutes}
+        existing = {(r.tenant_id, r.minute): r for r in
+                    ActivityMinute.objects.filter(tenant_id__in=tenants, minute__in=minutes)}
+        changed, new = [], []
+        for key, inc in self.minutes.items():
+            row = existing.get(key)
+            if row is None:
+                row = ActivityMinute(tenant_id=key[0], minute=key[1])
+                new.append(row)
+            else:
+                changed.append(row)
+            row.succeeded += inc["succeeded"]
+            row.failed += inc["failed"]
+            row.unknown += inc["unknown"]
+            row.latency_ms_sum += inc["latency_sum"]
+            row.latency_count += inc["latency_count"]
+            if any(inc["lag"]):
+                counts = list(row.lag_counts) or [0] * (len(LAG_BOUNDS) + 1)
+                row.lag_counts = [x + y for x, y in zip(counts, inc["lag"])]
+        if changed:
+            ActivityMinute.objects.bulk_update(changed, ["succeeded", "failed", "unknown", "lag_counts",
+                                                         "latency_ms_sum", "latency_count"], batch_size=500)
+        if new:
+            ActivityMinute.objects.bulk_create(new, batch_size=500)
+
+    def _apply_schedules(self) -> None:
+        if not self.schedules:
+            return
+        existing = ScheduleActivity.objects.in_bulk(list(self.schedules))
+        changed, new = [], []
+        for sid, attempts in self.schedules.items():
+            row = existing.get(sid)
+            if row is None:
+                row = ScheduleActivity(schedule_id=sid, tenant_id=attempts[0]["run__tenant_id"])
+                new.append(row)
+            else:
+                changed.append(row)
+            recent = list(row.recent)
+            for a in sorted(attempts, key=lambda a: (a["finished_at"], a["id"])):
+                ok = a["outcome"] == AttemptOutcome.SUCCEEDED
+                if ok:
+                    row.succeeded += 1
+                    if row.last_success_at is None or a["finished_at"] > row.last_success_at:
+                        row.last_success_at = a["finished_at"]
+                else:
+                    row.failed += 1
+                recent.append([round(a["finished_at"].timestamp(), 3), OUTCOME_CODES[a["outcome"]], a["latency_ms"]])
+                if row.last_finished_at is None or a["finished_at"] >= row.last_finished_at:
+                    row.last_finished_at = a["finished_at"]
+                    row.last_outcome = a["outcome"]
+                    row.last_http_status = a["http_status"]
+                    row.last_run_id = a["run_id"]
+                    row.last_error = "" if ok else _error_text(a)[:300]
+            # Parked attempts end out of order: keep the newest by finishing time.
+            recent.sort(key=lambda r: r[0])
+            row.recent = recent[-ScheduleActivity.RECENT:]
+        fields = ["succeeded", "failed", "last_finished_at", "last_outcome", "last_http_status", "last_error",
+                  "last_run_id", "last_success_at", "recent"]
+        if changed:
+            ScheduleActivity.objects.bulk_update(changed, fields, batch_size=500)
+        if new:
+            ScheduleActivity.objects.bulk_create(new, batch_size=500)
+
+
+def _error_text(a: dict) -> str:
+    if a["error"]:
+        return a["error"]
+    if a["http_status"]:
+        return f"HTTP {a['http_status']}"
+    return a["error_class"] or a["outcome"]
+
+
+class ActivityAggregator:
+    """The loop (run by dispatch.loops.run_loop): `step()` is one pass; True when it stopped at a
+    bound with more to read."""
+
+    name = "activity"
+
+    def __init__(self, *, batch: int = BATCH, pending_batch: int = PENDING_BATCH, settle: timedelta = SETTLE):
+        self.batch, self.pending_batch, self.settle = batch, pending_batch, settle
+
+    def idle_seconds(self) -> float:
+        return IDLE_SECONDS
+
+    def step(self) -> bool:
+        with transaction.atomic():
+            cursor = self._lock_cursor()
+            now = db_now()
+            tally = _Tally()
+            self._ended_pending(tally)
+            more = self._after_watermark(cursor, now, tally)
+            tally.apply()
+            cursor.updated_at = now
+            if cursor.pruned_at is None or now - cursor.pruned_at >= PRUNE_EVERY:
+                pruned = self._prune(now)
+                if pruned < PRUNE_BATCH:
+                    cursor.pruned_at = now
+            cursor.save()
+        if tally.counted:
+            log.debug("activity: %d attempts counted, watermark %d", tally.counted, cursor.watermark)
+        return more
+
+    def _lock_cursor(self) -> ActivityCursor:
+        cursor = ActivityCursor.objects.select_for_update().filter(id=1).first()
+        if cursor is None:
+            # Two first passes at once: one insert wins, the other waits on it, then locks it.
+            ActivityCursor.objects.bulk_create([ActivityCursor(id=1, watermark=_initial_watermark())],
+                                               ignore_conflicts=True)
+            cursor = ActivityCursor.objects.select_for_update().get(id=1)
+        return cursor
+
+    def _ended_pending(self, tally: _Tally) -> None:
+        ids = list(ActivityPending.objects.order_by("attempt_id").values_list("attempt_id", flat=True)
+                   [:self.pending_batch])
+        if not ids:
+            return
+        rows = {a["id"]: a for a in Attempt.objects.filter(id__in=ids).values(*FIELDS)}
+        done = []
+        for attempt_id in ids:
+            a = rows.get(attempt_id)
+            if a is None:  # its run was removed meanwhile
+                done.append(attempt_id)
+            elif a["outcome"] is not None:
+                tally.add(a)
+                done.append(attempt_id)
+        if done:
+            ActivityPending.objects.filter(attempt_id__in=done).delete()
+
+    def _after_watermark(self, cursor: ActivityCursor, now: datetime, tally: _Tally) -> bool:
+        rows = list(Attempt.objects.filter(id__gt=cursor.watermark).order_by("id").values(*FIELDS)[:self.batch])
+        settled_before = now - self.settle
+        parked = []
+        for a in rows:
+            if a["started_at"] >= settled_before:
+                return False  # the rest are too new to be sure nothing older is still to appear
+            if a["outcome"] is None:
+                parked.append(ActivityPending(attempt_id=a["id"]))
+            else:
+                tally.add(a)
+            cursor.watermark = a["id"]
+        if parked:
+            ActivityPending.objects.bulk_create(parked, ignore_conflicts=True)
+        return len(rows) >= self.batch
+
+    def _prune(self, now: datetime) -> int:
+        ids = list(ActivityMinute.objects.filter(minute__lt=now - RETENTION).order_by("minute")
+                   .values_list("id", flat=True)[:PRUNE_BATCH])
+        if ids:
+            ActivityMinute.objects.filter(id__in=ids).delete()
+        return len(ids)
+
+
+def drain(aggregator: ActivityAggregator | None = None) -> None:
+    """Passes until nothing more can be read now (tests, `aggregate --once`)."""
+    aggregator = aggregator or ActivityAggregator()
+    while aggregator.step():
+        pass
