@@ -205,6 +205,11 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
     "COMPONENT_SPLIT_REQUEST": True,
+    # Request bodies are JSON objects, even where every field is optional (POST /keys takes {}).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "scheduler_project.web.api.base.require_request_bodies",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ScheduleStatusEnum": "schedules.models.ScheduleStatus",
         "RunStateEnum": "runs.models.RunState",

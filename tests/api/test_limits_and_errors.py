@@ -177,6 +177,36 @@ def test_an_empty_query_parameter_is_a_400_not_no_filter(api, path, param):
     assert resp.json()["errors"][param] == ["give a value or leave the parameter out"]
 
 
+@pytest.mark.parametrize("path, params", [
+    ("/api/v1/runs", {"stat": "dead"}), ("/api/v1/schedules", {"format": "json"}), ("/api/v1/keys", {"": "x"}),
+    ("/api/v1/audit", {"objectid": "x"}),
+])
+def test_an_unknown_query_parameter_is_a_400_that_lists_the_known_ones(api, path, params):
+    # `?stat=dead` (a typo of state) used to list every run, as if no filter had been asked for.
+    resp = api.get(path, params)
+    assert resp.status_code == 400
+    (name, messages), = resp.json()["errors"].items()
+    assert name == (next(iter(params)) or "(unnamed)") and messages[0].startswith("unknown query parameter")
+
+
+def test_an_action_takes_no_query_parameter(api, schedule):
+    resp = api.post(f"/api/v1/schedules/{schedule.id}/trigger?force=1")
+    assert resp.status_code == 400 and "takes none" in resp.json()["errors"]["force"][0]
+
+
+def test_creating_a_key_needs_a_json_object_even_an_empty_one(api):
+    resp = api.post("/api/v1/keys")
+    assert resp.status_code == 400 and "send a JSON object" in resp.json()["errors"]["body"][0]
+    assert api.post("/api/v1/keys", {}, format="json").status_code == 201
+
+
+@pytest.mark.parametrize("params, field", [({"action": "0"}, "action"), ({"action": "Schedule.Edit"}, "action"),
+                                           ({"objectId": "0"}, "objectId"), ({"objectId": "run-1"}, "objectId")])
+def test_audit_filters_must_look_like_what_they_filter(api, params, field):
+    resp = api.get("/api/v1/audit", params)
+    assert resp.status_code == 400 and field in resp.json()["errors"]
+
+
 @pytest.mark.parametrize("value", ["1", "0", "yes", "True", "FALSE", ""])
 def test_enabled_is_true_or_false_exactly(api, value):
     assert api.get("/api/v1/schedules", {"enabled": value}).status_code == 400
@@ -218,3 +248,25 @@ def test_error_bodies_are_json_content(api):
     resp = post_raw(api, "/api/v1/schedules", b"{")
     assert resp["Content-Type"].startswith("application/json")
     json.loads(resp.content)
+
+
+@pytest.mark.parametrize("field, value, where", [
+    ("name", 5, "name"), ("expression", 0, "expression"), ("catchupLimit", "5", "catchupLimit"),
+    ("catchupLimit", 5.0, "catchupLimit"), ("catchupLimit", True, "catchupLimit"), ("enabled", "yes", "enabled"),
+    ("enabled", 1, "enabled"), ("target", {"url": "http://127.0.0.1:9/hook", "timeoutSeconds": "30"}, "target.timeoutSeconds"),
+    ("retryPolicy", {"backoffBaseSeconds": "1.5"}, "retryPolicy.backoffBaseSeconds"),
+])
+def test_values_of_the_wrong_json_type_are_refused_not_converted(api, target, field, value, where):
+    # DRF converts 5 to "5", "5" to 5 and "yes" to true; a client that sends the wrong type is told.
+    body = base(target)
+    body[field] = value
+    resp = api.post("/api/v1/schedules", body, format="json")
+    assert resp.status_code == 400, resp.content
+    assert where in resp.json()["errors"]
+
+
+def test_wrong_types_elsewhere_are_refused_too(api, schedule):
+    assert api.post("/api/v1/keys", {"label": 0}, format="json").status_code == 400
+    assert api.patch(f"/api/v1/schedules/{schedule.id}", {"expectedVersion": "1"}, format="json").status_code == 400
+    assert api.post("/api/v1/expressions/preview", {"expression": "* * * * *", "timeZone": "UTC", "count": "3"},
+                    format="json").status_code == 400

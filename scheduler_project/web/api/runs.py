@@ -1,12 +1,12 @@
 """Runs over HTTP (docs/api.md): list, read a run with its attempts, retry, cancel."""
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from runs import services
 from runs.models import Attempt, Run, RunState
+from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.errors import ValidationFailed
 from scheduler_project.web.pagination import RUN_PAGES
@@ -20,7 +20,6 @@ from scheduler_project.web.api.schedules import (
     page_of,
     parse_choices,
     parse_instant,
-    refuse_empty_params,
     require_empty_body,
 )
 
@@ -35,8 +34,8 @@ def run_json(run: Run) -> dict:
     return RunOut(Run.objects.select_related("occurrence").get(id=run.id)).data
 
 
-class RunListView(APIView):
-    @extend_schema(
+class RunListView(ApiView):
+    @operation(
         operation_id="runs_list",
         summary="List runs",
         description="Newest scheduled time first, with their attempts. Never counted: follow `next`.",
@@ -52,7 +51,6 @@ class RunListView(APIView):
         responses={200: page_of(RunOut, "RunPage"), **error_responses(400)},
     )
     def get(self, request):
-        refuse_empty_params(request)
         params = request.query_params
         qs = Run.objects.filter(tenant=request.user.tenant).select_related("occurrence")
         schedule_id = parse_uuid(params.get("schedule"), field="schedule")
@@ -79,15 +77,15 @@ class RunListView(APIView):
         return Response({"results": RunOut(page.items, many=True).data, "next": page.next})
 
 
-class RunDetailView(APIView):
-    @extend_schema(operation_id="runs_retrieve", summary="Read a run and its attempts",
+class RunDetailView(ApiView):
+    @operation(operation_id="runs_retrieve", summary="Read a run and its attempts",
                    responses={200: RunOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(RunOut(tenant_run(request, pk)).data)
 
 
-class RunRetryView(APIView):
-    @extend_schema(
+class RunRetryView(ApiView):
+    @operation(
         operation_id="runs_retry",
         summary="Retry a dead or canceled run now",
         description="Keeps the run id (the target's Idempotency-Key); 409 from any other state.",
@@ -100,8 +98,8 @@ class RunRetryView(APIView):
         return Response(run_json(services.retry_run(run, by=actor(request))))
 
 
-class RunCancelView(APIView):
-    @extend_schema(
+class RunCancelView(ApiView):
+    @operation(
         operation_id="runs_cancel",
         summary="Cancel a ready or leased run",
         description="A leased run's worker is fenced off: whatever it reports later is kept only as "

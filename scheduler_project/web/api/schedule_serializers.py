@@ -67,6 +67,43 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class StrictCharField(serializers.CharField):
+    """Text only: DRF's CharField would store the number 5 as "5". JSON has types, and a client
+    that sends the wrong one is told, as for any other wrong value."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer only: not "5", 5.0 or true, which DRF would take as 5 (or 1)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    """A JSON number only: not "1.5" or true."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false only: not "yes", 1 or "on", which DRF would take as true."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 @extend_schema_field({"type": "string", "maxLength": MAX_HEADER_VALUE})
 class HeaderValueField(serializers.CharField):
     """A header value exactly as sent: DRF's CharField would turn `5` into "5" and trim spaces.
@@ -85,11 +122,11 @@ class HeaderValueField(serializers.CharField):
 
 @extend_schema_serializer(component_name="Target")
 class TargetIn(StrictSerializer):
-    url = serializers.CharField(max_length=2000)
+    url = StrictCharField(max_length=2000)
     method = serializers.ChoiceField(choices=_uniq(TARGET_METHODS), required=False)
     headers = serializers.DictField(child=HeaderValueField(), required=False,
                                     help_text="header names to string values")
-    timeoutSeconds = serializers.IntegerField(min_value=1, max_value=86400, required=False,
+    timeoutSeconds = StrictIntegerField(min_value=1, max_value=86400, required=False,
                                               help_text="1 to SCHEDULER_MAX_TIMEOUT_SECONDS (default 1800)")
 
     def validate(self, attrs):
@@ -102,9 +139,9 @@ class TargetIn(StrictSerializer):
 
 @extend_schema_serializer(component_name="RetryPolicy")
 class RetryPolicyIn(StrictSerializer):
-    maxAttempts = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    backoffBaseSeconds = serializers.FloatField(min_value=0.001, max_value=86400 * 7, required=False)
-    backoffMaxSeconds = serializers.FloatField(min_value=0.001, max_value=86400 * 7, required=False)
+    maxAttempts = StrictIntegerField(min_value=1, max_value=100, required=False)
+    backoffBaseSeconds = StrictFloatField(min_value=0.001, max_value=86400 * 7, required=False)
+    backoffMaxSeconds = StrictFloatField(min_value=0.001, max_value=86400 * 7, required=False)
 
 
 @extend_schema_serializer(component_name="DstPolicy")
@@ -115,15 +152,15 @@ class DstPolicyIn(StrictSerializer):
 
 @extend_schema_serializer(component_name="ScheduleCreate")
 class ScheduleIn(StrictSerializer):
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    expression = serializers.CharField(max_length=2000, help_text="cron, RRULE, at(...) or rate(...)")
-    timeZone = serializers.CharField(max_length=64, help_text="IANA zone name, e.g. America/New_York")
+    name = StrictCharField(max_length=200, required=False, allow_blank=True)
+    expression = StrictCharField(max_length=2000, help_text="cron, RRULE, at(...) or rate(...)")
+    timeZone = StrictCharField(max_length=64, help_text="IANA zone name, e.g. America/New_York")
     payload = serializers.JSONField(required=False, allow_null=True, help_text="sent as the JSON body of each call")
     target = TargetIn()
-    enabled = serializers.BooleanField(required=False)
+    enabled = StrictBooleanField(required=False)
     misfirePolicy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
-    catchupLimit = serializers.IntegerField(min_value=1, max_value=10000, required=False)
-    misfireGraceSeconds = serializers.IntegerField(min_value=0, max_value=86400 * 7, required=False)
+    catchupLimit = StrictIntegerField(min_value=1, max_value=10000, required=False)
+    misfireGraceSeconds = StrictIntegerField(min_value=0, max_value=86400 * 7, required=False)
     overlapPolicy = serializers.ChoiceField(choices=OverlapPolicy.choices, required=False)
     retryPolicy = RetryPolicyIn(required=False)
     dstPolicy = DstPolicyIn(required=False)
@@ -133,7 +170,7 @@ class ScheduleIn(StrictSerializer):
 
 @extend_schema_serializer(component_name="ScheduleEdit")
 class SchedulePatchIn(ScheduleIn):
-    expectedVersion = serializers.IntegerField(
+    expectedVersion = StrictIntegerField(
         min_value=1, max_value=2**31 - 1, help_text="the version this edit was made against; 409 if stale"
     )
 
@@ -261,9 +298,9 @@ class OccurrencesOut(serializers.Serializer):
 
 @extend_schema_serializer(component_name="ExpressionPreview")
 class ExpressionPreviewIn(StrictSerializer):
-    expression = serializers.CharField(max_length=2000)
-    timeZone = serializers.CharField(max_length=64)
-    count = serializers.IntegerField(min_value=1, max_value=100, required=False, help_text="1-100, default 10")
+    expression = StrictCharField(max_length=2000)
+    timeZone = StrictCharField(max_length=64)
+    count = StrictIntegerField(min_value=1, max_value=100, required=False, help_text="1-100, default 10")
     dstPolicy = DstPolicyIn(required=False)
     locals()["from"] = UtcDateTimeField(
         required=False, help_text="first instant considered (inclusive) and the anchor of rate(); default now"
@@ -272,7 +309,7 @@ class ExpressionPreviewIn(StrictSerializer):
 
 @extend_schema_serializer(component_name="ApiKeyCreate")
 class ApiKeyIn(StrictSerializer):
-    label = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    label = StrictCharField(max_length=200, required=False, allow_blank=True)
 
 
 @extend_schema_serializer(component_name="ApiKey")

@@ -1,14 +1,16 @@
 """Schedules, expressions, API keys and the audit log over HTTP (docs/api.md). Views only translate:
 every change is a service call, and every object is looked up inside the caller's tenant."""
 
+import re
 from datetime import timedelta, timezone
 
 from django.shortcuts import get_object_or_404
 from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
-from rest_framework.views import APIView
+
+from scheduler_project.web.api.base import ApiView, operation
 
 from runs import schedule_changes
 from scheduler_project.web.api.run_serializers import RunOut
@@ -16,6 +18,7 @@ from scheduler_project.web.clientaddr import client_address
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ValidationFailed
 from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
+from scheduler_project.web.params import parse_uuid
 from schedules import timeexpr
 from schedules.idempotency import HEADER as IDEMPOTENCY_HEADER
 from schedules.idempotency import idempotent
@@ -90,19 +93,15 @@ IDEMPOTENCY_PARAM = OpenApiParameter(
     IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False,
     description="Makes a retried request return the first result. Reusing a key with a different body answers 422.",
 )
-# Query parameters are either left out or given a value: `?cursor=` or `?enabled=` is a 400, not
-# "no filter", so a client that sends an empty value by mistake hears about it.
+# Query parameters are left out or given a value (scheduler_project.web.api.base).
 TEXT = {"type": "string", "minLength": 1}
+# What the audit log's actions look like (schedules.services.audit callers): object.verb.
+ACTION_NAME = re.compile(r"^[a-z_]+\.[a-z_]+$")
 PAGE_PARAMS = [
     OpenApiParameter("cursor", TEXT, required=False, description="the `next` value of the previous page"),
     OpenApiParameter("limit", int, required=False, description="1-200, default 50"),
 ]
 
-
-def refuse_empty_params(request) -> None:
-    empty = sorted(name for name, values in request.query_params.lists() if any(v == "" for v in values))
-    if empty:
-        raise ValidationFailed({name or "(unnamed)": ["give a value or leave the parameter out"] for name in empty})
 
 
 def page_of(out_serializer, name: str):
@@ -174,14 +173,13 @@ def parse_count(raw, default=10, maximum=100) -> int:
 # --- schedules ------------------------------------------------------------------------------
 
 
-class ScheduleListView(APIView):
-    @extend_schema(
+class ScheduleListView(ApiView):
+    @operation(
         operation_id="schedules_list",
         summary="List schedules",
         description="Newest first. Archived schedules are left out unless `status` asks for them.",
         parameters=[
-            OpenApiParameter("enabled", {"type": "string", "enum": ["true", "false"]}, required=False,
-                             description="true: running; false: paused"),
+            OpenApiParameter("enabled", bool, required=False, description="true: running; false: paused"),
             OpenApiParameter("status", TEXT, required=False,
                              description="comma-separated: active, completed, archived (default active,completed)"),
             *PAGE_PARAMS,
@@ -189,7 +187,6 @@ class ScheduleListView(APIView):
         responses={200: page_of(ScheduleOut, "SchedulePage"), **error_responses(400)},
     )
     def get(self, request):
-        refuse_empty_params(request)
         params = request.query_params
         qs = Schedule.objects.filter(tenant=request.user.tenant).select_related("current")
         enabled = parse_bool(params.get("enabled"), "enabled")
@@ -203,7 +200,7 @@ class ScheduleListView(APIView):
         page = SCHEDULE_PAGES.page_from_params(qs, params)
         return Response({"results": [schedule_json(s) for s in page.items], "next": page.next})
 
-    @extend_schema(
+    @operation(
         operation_id="schedules_create",
         summary="Create a schedule",
         request=ScheduleIn,
@@ -226,13 +223,13 @@ class ScheduleListView(APIView):
         return idempotent(request, "schedules.create", create)
 
 
-class ScheduleDetailView(APIView):
-    @extend_schema(operation_id="schedules_retrieve", summary="Read a schedule",
+class ScheduleDetailView(ApiView):
+    @operation(operation_id="schedules_retrieve", summary="Read a schedule",
                    responses={200: ScheduleOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(schedule_json(tenant_schedule(request, pk)))
 
-    @extend_schema(
+    @operation(
         operation_id="schedules_update",
         summary="Edit, pause or resume a schedule",
         description="Send `expectedVersion` and only the fields to change. A changed field makes a new "
@@ -254,7 +251,7 @@ class ScheduleDetailView(APIView):
         )
         return Response(schedule_json(Schedule.objects.select_related("current").get(id=schedule.id)))
 
-    @extend_schema(
+    @operation(
         operation_id="schedules_archive",
         summary="Archive a schedule",
         description="No new occurrences; runs that have not started are canceled; history is kept. "
@@ -266,8 +263,8 @@ class ScheduleDetailView(APIView):
         return Response(status=204)
 
 
-class ScheduleTriggerView(APIView):
-    @extend_schema(
+class ScheduleTriggerView(ApiView):
+    @operation(
         operation_id="schedules_trigger",
         summary="Run a schedule now",
         request=None,
@@ -285,8 +282,8 @@ class ScheduleTriggerView(APIView):
         return idempotent(request, f"schedules.trigger:{schedule.id}", trigger)
 
 
-class ScheduleBackfillView(APIView):
-    @extend_schema(
+class ScheduleBackfillView(ApiView):
+    @operation(
         operation_id="schedules_backfill",
         summary="Make runs for a past range",
         request=BackfillIn,
@@ -302,8 +299,8 @@ class ScheduleBackfillView(APIView):
         return Response({"runs": made}, status=202)
 
 
-class ScheduleOccurrencesView(APIView):
-    @extend_schema(
+class ScheduleOccurrencesView(ApiView):
+    @operation(
         operation_id="schedules_occurrences",
         summary="Preview a schedule's next instants",
         description="Nothing is stored. A paused, completed or archived schedule has none.",
@@ -312,7 +309,6 @@ class ScheduleOccurrencesView(APIView):
     )
     def get(self, request, pk):
         schedule = tenant_schedule(request, pk)
-        refuse_empty_params(request)
         count = parse_count(request.query_params.get("count"))
         try:
             occs = upcoming(schedule, rule_for(schedule.current, schedule.anchor_at), count)
@@ -321,8 +317,8 @@ class ScheduleOccurrencesView(APIView):
         return Response({"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs]})
 
 
-class ExpressionPreviewView(APIView):
-    @extend_schema(
+class ExpressionPreviewView(ApiView):
+    @operation(
         operation_id="expressions_preview",
         summary="Preview an expression",
         description="The next instants of an expression in a zone, with DST notes; nothing is stored. "
@@ -357,8 +353,8 @@ def tenant_key(request, pk) -> ApiKey:
     return get_object_or_404(ApiKey, id=pk, tenant=request.user.tenant)
 
 
-class ApiKeyListView(APIView):
-    @extend_schema(
+class ApiKeyListView(ApiView):
+    @operation(
         operation_id="keys_list",
         summary="List this tenant's API keys",
         description="Prefix and label only: a key's secret is never shown again after creation.",
@@ -366,11 +362,10 @@ class ApiKeyListView(APIView):
         responses={200: page_of(ApiKeyOut, "ApiKeyPage"), **error_responses(400)},
     )
     def get(self, request):
-        refuse_empty_params(request)
         page = KEY_PAGES.page_from_params(ApiKey.objects.filter(tenant=request.user.tenant), request.query_params)
         return Response({"results": ApiKeyOut(page.items, many=True).data, "next": page.next})
 
-    @extend_schema(
+    @operation(
         operation_id="keys_create",
         summary="Create an API key",
         description="The response carries the key itself, this once; it is stored only as a hash.",
@@ -378,6 +373,8 @@ class ApiKeyListView(APIView):
         responses={201: ApiKeyCreatedOut, **error_responses(*BODY_ERRORS)},
     )
     def post(self, request):
+        if not request.body.strip():
+            raise ValidationFailed({"body": ['send a JSON object: {} for a key without a label, or {"label": "..."}']})
         body = ApiKeyIn(data=request.data)
         body.is_valid(raise_exception=True)
         key, raw = create_api_key(request.user.tenant, label=body.validated_data.get("label", ""), by=actor(request))
@@ -386,15 +383,15 @@ class ApiKeyListView(APIView):
         return Response(data, status=201)
 
 
-class ApiKeyDetailView(APIView):
-    @extend_schema(operation_id="keys_retrieve", summary="Read an API key (without its secret)",
+class ApiKeyDetailView(ApiView):
+    @operation(operation_id="keys_retrieve", summary="Read an API key (without its secret)",
                    responses={200: ApiKeyOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(ApiKeyOut(tenant_key(request, pk)).data)
 
 
-class ApiKeyRevokeView(APIView):
-    @extend_schema(
+class ApiKeyRevokeView(ApiView):
+    @operation(
         operation_id="keys_revoke",
         summary="Revoke an API key",
         description="Takes effect at once: the next request with the key answers 401. A key may revoke itself.",
@@ -410,27 +407,30 @@ class ApiKeyRevokeView(APIView):
 # --- audit log ------------------------------------------------------------------------------
 
 
-class AuditListView(APIView):
-    @extend_schema(
+class AuditListView(ApiView):
+    @operation(
         operation_id="audit_list",
         summary="This tenant's audit log",
         description="Every change: who (key:<prefix> or user:<name>), what, when, from where, and "
                     "before/after. Newest first.",
         parameters=[
-            OpenApiParameter("objectId", TEXT, required=False, description="only entries about this object"),
-            OpenApiParameter("action", TEXT, required=False, description="e.g. schedule.edit"),
+            OpenApiParameter("objectId", {"type": "string", "format": "uuid"}, required=False,
+                             description="only entries about this object (its id)"),
+            OpenApiParameter("action", {"type": "string", "pattern": ACTION_NAME.pattern, "maxLength": 64},
+                             required=False, description="e.g. schedule.edit"),
             *PAGE_PARAMS,
         ],
         responses={200: page_of(AuditEntryOut, "AuditPage"), **error_responses(400)},
     )
     def get(self, request):
-        refuse_empty_params(request)
         params = request.query_params
         qs = AuditEntry.objects.filter(tenant=request.user.tenant)
-        object_id = text_param(params.get("objectId"), "objectId", 64)
+        object_id = parse_uuid(params.get("objectId"), field="objectId")
         if object_id:
-            qs = qs.filter(object_id=object_id)
+            qs = qs.filter(object_id=str(object_id))
         action = text_param(params.get("action"), "action", 64)
+        if action and not ACTION_NAME.match(action):
+            raise ValidationFailed({"action": ["must be an action name such as schedule.edit or apikey.revoke"]})
         if action:
             qs = qs.filter(action=action)
         page = AUDIT_PAGES.page_from_params(qs, params)
