@@ -277,6 +277,7 @@ class AuditEntry(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
         indexes = [models.Index(fields=["tenant", "-at"], name="audit_tenant_at_idx")]
 
 

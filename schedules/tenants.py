@@ -1,5 +1,5 @@
-"""Tenants, their target allowlists, limits and quotas, and their API keys: one entry point per
-change. Every value is checked here, whoever sends it (API, portal, admin, command), and errors
+"""Tenants, their target allowlists, limits and quotas, API keys, signing secret and members:
+one entry point per change. Every value is checked here, whoever sends it (API, portal, admin, command), and errors
 name the field as a person reads it ("Max runs in flight"), since the portal shows them as they
 are."""
 
@@ -12,7 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
-from schedules.models import ApiKey, TargetPrefix, Tenant, hash_api_key
+from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
+                              new_signing_secret)
 from schedules.services import SYSTEM, Actor, audit
 
 KEY_PREFIX = "sk_"
@@ -166,11 +167,16 @@ def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
 
 @transaction.atomic
 def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in_flight=UNCHANGED,
-                           max_schedules=UNCHANGED, max_subminute_schedules=UNCHANGED, by: Actor) -> Tenant:
+                           max_schedules=UNCHANGED, max_subminute_schedules=UNCHANGED, by: Actor,
+                           check_url=None) -> Tenant:
     """The operator-managed settings of a tenant, given as values or as the text of a form: where
     its run notifications (webhooks) go (empty turns them off), its cap on runs in flight, and its
     schedule quotas (empty: the deployment's default). Everything given is checked before
-    anything changes, so a refused value leaves every setting as it was. Each change is audited."""
+    anything changes, so a refused value leaves every setting as it was. Each change is audited.
+
+    `check_url(url) -> problem or None` is a further check of a new webhook URL that this app
+    cannot make itself: whether the addresses it leads to are ones the outbound client will call
+    (that policy is dispatch.safehttp's; the portal passes it in)."""
     changes = {}
     if notification_url is not UNCHANGED:
         changes["notification_url"] = _clean_url(notification_url, field="Notification webhook URL")
@@ -184,6 +190,12 @@ def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in
     changed = {k: v for k, v in changes.items() if getattr(tenant, k) != v}
     if not changed:
         return tenant
+    if check_url and changed.get("notification_url"):
+        # Last, after every other value was read: it may resolve a name, and a form with a bad cap
+        # should say so whatever the URL.
+        problem = check_url(changed["notification_url"])
+        if problem:
+            raise ValidationFailed({"Notification webhook URL": [problem]})
     before = {k: getattr(tenant, k) for k in changed}
     for k, v in changed.items():
         setattr(tenant, k, v)
@@ -203,3 +215,74 @@ def set_notification_url(tenant: Tenant, url: str, *, by: Actor) -> Tenant:
 def set_max_in_flight(tenant: Tenant, limit, *, by: Actor) -> Tenant:
     """The per-tenant cap on concurrently leased runs; None (or empty text) removes it."""
     return update_tenant_settings(tenant, max_in_flight=limit, by=by)
+
+
+def rotate_signing_secret(tenant: Tenant, *, by: Actor) -> Tenant:
+    """A new signing secret for the tenant's target calls and webhooks, at once: calls signed from
+    now on use it, so targets must be given the new one (there is no overlap period). The audit
+    entry records who and when, and only the secrets' first characters."""
+    old = tenant.signing_secret
+    tenant.signing_secret = new_signing_secret()
+    tenant.save(update_fields=["signing_secret"])
+    audit("tenant.rotate_secret", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+          before={"secret": old[:10] + "…"}, after={"secret": tenant.signing_secret[:10] + "…"})
+    return tenant
+
+
+def _clean_role(role) -> str:
+    if role not in MemberRole.values:
+        raise ValidationFailed({"Role": [f"must be one of {', '.join(MemberRole.values)}"]})
+    return role
+
+
+def _keep_an_admin(membership: TenantMembership) -> None:
+    # Checked under the tenant's row lock, so two admins cannot demote each other at once.
+    Tenant.objects.select_for_update(no_key=True).filter(id=membership.tenant_id).first()
+    others = TenantMembership.objects.filter(tenant_id=membership.tenant_id, role=MemberRole.ADMIN).exclude(
+        id=membership.id)
+    if membership.role == MemberRole.ADMIN and not others.exists():
+        raise Conflict("this is the tenant's last admin: make another member admin first (an operator can also "
+                       "change memberships in the admin)")
+
+
+@transaction.atomic
+def add_member(tenant: Tenant, username: str, *, role: str, by: Actor) -> TenantMembership:
+    """Give an existing portal account a role in the tenant (or change the role it has)."""
+    from django.contrib.auth import get_user_model
+
+    role = _clean_role(role)
+    username = _clean_text(username, field="Username", max_length=150)
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise ValidationFailed({"Username": [f"there is no active account {username[:150]!r}"]})
+    membership, created = TenantMembership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": role})
+    if not created and membership.role != role:
+        return set_member_role(membership, role, by=by)
+    if created:
+        audit("tenant.add_member", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+              after={"user": username, "role": role})
+    return membership
+
+
+@transaction.atomic
+def set_member_role(membership: TenantMembership, role: str, *, by: Actor) -> TenantMembership:
+    role = _clean_role(role)
+    if membership.role == role:
+        return membership
+    if role != MemberRole.ADMIN:
+        _keep_an_admin(membership)
+    before = membership.role
+    membership.role = role
+    membership.save(update_fields=["role"])
+    audit("tenant.set_member_role", by=by, obj_type="tenant", obj_id=membership.tenant_id,
+          tenant_id=membership.tenant_id, before={"user": membership.user.get_username(), "role": before},
+          after={"user": membership.user.get_username(), "role": role})
+    return membership
+
+
+@transaction.atomic
+def remove_member(membership: TenantMembership, *, by: Actor) -> None:
+    _keep_an_admin(membership)
+    audit("tenant.remove_member", by=by, obj_type="tenant", obj_id=membership.tenant_id,
+          tenant_id=membership.tenant_id, before={"user": membership.user.get_username(), "role": membership.role})
+    membership.delete()

@@ -8,9 +8,11 @@ Seeing:
 
 Doing: `can(user, capability, tenant_id)`, with the capabilities below. An operator needs the
 capability's permission (the "Operator" role has all of them, the "Read-only operator" role none;
-superusers have all). A tenant member may operate runs, schedules and API keys of their own
-tenants, as before roles existed; the tenant settings (allowlist, webhook, caps, quotas) stay with
-operators. The API is not a user's: an API key acts for its one tenant (scheduler_project.web.api).
+superusers have all). A tenant member's role decides for their own tenants: a viewer sees and
+changes nothing; an admin creates, edits and operates the tenant's schedules and runs, manages its
+API keys and members, and sees and rotates its signing secret. The tenant settings (allowlist,
+webhook, caps, quotas) stay with operators. The API is not a user's: an API key acts for its one
+tenant (scheduler_project.web.api).
 
 An object outside the caller's scope answers 404, never 403, so a tenant user cannot even learn
 that another tenant's schedule or run exists; an action on an object the caller may see but not
@@ -25,19 +27,26 @@ from django.http import Http404
 from django.shortcuts import render
 
 from scheduler_project.web.clientaddr import client_address
-from schedules.models import Tenant, TenantMembership
+from schedules.models import MemberRole, Tenant, TenantMembership
 from schedules.services import Actor
 
 # capability -> the permission that gives it to an operator (schedules.models.Tenant.Meta).
 CAPABILITIES = {
     "view_all": "schedules.view_all_tenants",
     "operate_runs": "schedules.operate_runs",
+    # Creating and editing schedules too: the same people who pause and trigger them.
     "operate_schedules": "schedules.operate_schedules",
     "manage_keys": "schedules.manage_api_keys",
     "manage_tenants": "schedules.manage_tenants",
+    # Members and the signing secret: operators who manage tenants; and a tenant's own admins.
+    "manage_members": "schedules.manage_tenants",
+    "rotate_secret": "schedules.manage_tenants",
+    # Seeing the signing secret: any operator (the admin shows it to them too).
+    "view_secret": "schedules.view_all_tenants",
 }
-# What a tenant member may do to their own tenants without any permission.
-MEMBER_CAPABILITIES = frozenset({"operate_runs", "operate_schedules", "manage_keys"})
+# What a tenant admin may do to their own tenants without any permission; a viewer, nothing.
+MEMBER_CAPABILITIES = frozenset({"operate_runs", "operate_schedules", "manage_keys", "manage_members",
+                                 "rotate_secret", "view_secret"})
 ROLE_OPERATOR = "Operator"
 ROLE_READ_ONLY = "Read-only operator"
 
@@ -46,12 +55,28 @@ def _active(user) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active)
 
 
-def _member_tenant_ids(user) -> list:
-    cached = getattr(user, "_portal_tenant_ids", None)
+def _member_roles(user) -> dict:
+    """{tenant id: role} of the user's memberships, read once per request (per user object)."""
+    cached = getattr(user, "_portal_tenant_roles", None)
     if cached is None:
-        cached = list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True))
-        user._portal_tenant_ids = cached
+        cached = dict(TenantMembership.objects.filter(user=user).values_list("tenant_id", "role"))
+        user._portal_tenant_roles = cached
     return cached
+
+
+def _member_tenant_ids(user) -> list:
+    return list(_member_roles(user))
+
+
+def _admin_tenant_ids(user) -> list:
+    return [t for t, r in _member_roles(user).items() if r == MemberRole.ADMIN]
+
+
+def member_role(user, tenant_id) -> str | None:
+    """The user's role in one tenant ("viewer", "admin"), or None without a membership."""
+    if not _active(user):
+        return None
+    return _member_roles(user).get(tenant_id)
 
 
 def has_operator_permission(user, capability: str) -> bool:
@@ -71,7 +96,7 @@ def can(user, capability: str, tenant_id=None) -> bool:
         return True
     if tenant_id is None or capability not in MEMBER_CAPABILITIES or not _active(user):
         return False
-    return tenant_id in _member_tenant_ids(user)
+    return _member_roles(user).get(tenant_id) == MemberRole.ADMIN
 
 
 def operable_tenant_ids(user, capability: str) -> list | None:
@@ -80,7 +105,7 @@ def operable_tenant_ids(user, capability: str) -> list | None:
         return None
     if capability not in MEMBER_CAPABILITIES or not _active(user):
         return []
-    return _member_tenant_ids(user)
+    return _admin_tenant_ids(user)
 
 
 def require(user, capability: str, tenant_id=None) -> None:

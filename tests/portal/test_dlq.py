@@ -42,7 +42,7 @@ def test_bulk_retry_of_a_selection_confirms_the_count_first(operator, schedule):
     assert 'data-testid="confirm-count">2<' in html
     assert Run.objects.filter(state=RunState.DEAD).count() == 3  # nothing done yet
     r = operator.post(reverse("runs-dlq-action"), {**data, "confirm": "yes"}, follow=True)
-    assert "Retried 2 run(s)." in r.content.decode()
+    assert "Retried 2 runs." in r.content.decode()
     assert {r.state for r in Run.objects.filter(id__in=[d.id for d in dead[:2]])} == {RunState.READY}
     assert Run.objects.get(id=dead[2].id).state == RunState.DEAD
     assert AuditEntry.objects.filter(action="run.retry").count() == 2

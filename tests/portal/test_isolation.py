@@ -84,7 +84,7 @@ def test_a_tenant_user_can_act_on_their_own_objects(acme, schedule):
     run = make_run(schedule, RunState.DEAD)
     assert acme.get(reverse("runs-detail", args=[run.id])).status_code == 200
     assert acme.post(reverse("runs-retry", args=[run.id])).status_code == 302
-    assert acme.post(reverse("schedules-trigger", args=[schedule.id])).status_code == 302
+    assert acme.post(reverse("schedules-trigger", args=[schedule.id]), {"confirm": "yes"}).status_code == 302
     assert Run.objects.get(id=run.id).state == RunState.READY
 
 

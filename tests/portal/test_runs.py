@@ -120,6 +120,9 @@ def test_a_refused_action_shows_the_services_message(operator, schedule):
 def test_cancel_of_a_leased_run_abandons_its_attempt(operator, schedule):
     run = make_run(schedule, RunState.LEASED)
     html = operator.post(reverse("runs-cancel", args=[run.id]), **HX).content.decode()
+    assert "Cancel this run?" in html and 'name="confirm" value="yes"' in html
+    assert Run.objects.get(id=run.id).state == RunState.LEASED  # nothing done before the confirmation
+    html = operator.post(reverse("runs-cancel", args=[run.id]), {"confirm": "yes"}, **HX).content.decode()
     assert 'data-testid="run-state">canceled<' in html
     assert run.attempts.get().canceled_in_flight
 

@@ -55,7 +55,9 @@ def test_the_detail_lists_recent_runs(operator, schedule):
 
 
 def test_pause_and_resume_go_through_the_services(acme, schedule):
-    r = acme.post(reverse("schedules-pause", args=[schedule.id]), **HX)
+    asked = acme.post(reverse("schedules-pause", args=[schedule.id]), **HX).content.decode()
+    assert "Pause nightly-report?" in asked and Schedule.objects.get(id=schedule.id).enabled
+    r = acme.post(reverse("schedules-pause", args=[schedule.id]), {"confirm": "yes"}, **HX)
     html = r.content.decode()
     assert html.lstrip().startswith('<section id="schedule-actions"')
     assert 'data-testid="schedule-status">paused<' in html and ">Resume<" in html
@@ -68,13 +70,15 @@ def test_pause_and_resume_go_through_the_services(acme, schedule):
 
 
 def test_pause_without_javascript_redirects_to_the_detail(operator, schedule):
-    r = operator.post(reverse("schedules-pause", args=[schedule.id]), follow=True)
+    r = operator.post(reverse("schedules-pause", args=[schedule.id]), {"confirm": "yes"}, follow=True)
     assert r.redirect_chain[-1][0] == reverse("schedules-detail", args=[schedule.id])
     assert "Paused." in r.content.decode()
 
 
 def test_trigger_now_makes_a_manual_run_and_links_it(operator, schedule):
     html = operator.post(reverse("schedules-trigger", args=[schedule.id]), **HX).content.decode()
+    assert "Trigger nightly-report now?" in html and not Run.objects.filter(schedule=schedule).exists()
+    html = operator.post(reverse("schedules-trigger", args=[schedule.id]), {"confirm": "yes"}, **HX).content.decode()
     run = Run.objects.get(schedule=schedule, kind=RunKind.MANUAL)
     assert reverse("runs-detail", args=[run.id]) in html
 
@@ -98,7 +102,7 @@ def test_backfill_shows_the_count_before_it_creates_anything(operator, tenant, t
     assert not Run.objects.filter(schedule=s).exists()
     r = operator.post(url, {"start": "2025-12-31T00:00:00+00:00", "end": "2025-12-31T10:00:00+00:00",
                             "confirm": "yes"}, follow=True)
-    assert "Backfill made 10 run(s)" in r.content.decode()
+    assert "Backfill made 10 runs" in r.content.decode()
     assert Run.objects.filter(schedule=s, kind=RunKind.BACKFILL).count() == 10
     # The same range again: every instant already has a run, so the plan says 0.
     html = operator.post(url, {"start": "2025-12-31T00:00:00", "end": "2025-12-31T10:00:00"}, **HX).content.decode()

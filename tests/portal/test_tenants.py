@@ -32,6 +32,10 @@ def test_a_new_key_is_shown_once_and_only_its_hash_is_kept(acme, tenant):
 def test_revoking_a_key_goes_through_the_service(acme, tenant):
     key, _ = create_api_key(tenant, label="old")
     html = acme.post(reverse("schedules-key-revoke", args=[tenant.id, key.id]), **HX).content.decode()
+    assert "Revoke key" in html and 'name="confirm" value="yes"' in html
+    key.refresh_from_db()
+    assert key.revoked_at is None  # nothing done before the confirmation
+    html = acme.post(reverse("schedules-key-revoke", args=[tenant.id, key.id]), {"confirm": "yes"}, **HX).content.decode()
     assert "Revoked key" in html
     key.refresh_from_db()
     assert key.revoked_at is not None
@@ -45,7 +49,9 @@ def test_operators_manage_the_allowlist(operator, tenant):
     assert t.max_concurrency == 4
     r = operator.post(reverse("schedules-target-add", args=[tenant.id]), {"prefix": "ftp://nope"}, follow=True)
     assert "is not an absolute http(s) URL prefix" in r.content.decode()
-    operator.post(reverse("schedules-target-remove", args=[tenant.id, t.id]))
+    asked = operator.post(reverse("schedules-target-remove", args=[tenant.id, t.id])).content.decode()
+    assert "allowlist?" in asked and TargetPrefix.objects.filter(id=t.id).exists()
+    operator.post(reverse("schedules-target-remove", args=[tenant.id, t.id]), {"confirm": "yes"})
     assert not TargetPrefix.objects.filter(id=t.id).exists()
     assert AuditEntry.objects.filter(action="tenant.remove_target", actor="user:olga").exists()
 

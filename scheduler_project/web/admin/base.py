@@ -5,14 +5,52 @@ services, each allowed only with its capability (`@admin.action(permissions=[...
 ask `has_<capability>_permission`, which hides the action and refuses it if posted anyway). Django's
 own model permissions still work on top, for accounts an administrator set up by hand."""
 
+from datetime import timezone
+
 from django.contrib import admin
+from django.db import models
 
 from scheduler_project.web.access import has_operator_permission, is_operator
+
+
+def _utc_column(field: models.DateTimeField):
+    """A list column showing a time with its zone ("2026-03-29 01:30:00 UTC"): the admin's own
+    rendering drops the zone."""
+
+    @admin.display(description=f"{field.verbose_name} (UTC)", ordering=field.name, empty_value="—")
+    def column(obj):
+        value = getattr(obj, field.attname)
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if value else None
+
+    column.__name__ = f"{field.name}_utc"
+    return column
+
+
+def _with_zones(model, names):
+    out = []
+    for name in names:
+        try:
+            field = model._meta.get_field(name) if isinstance(name, str) else None
+        except Exception:
+            field = None
+        out.append(_utc_column(field) if isinstance(field, models.DateTimeField) else name)
+    return out
 
 
 class OperatorAdmin(admin.ModelAdmin):
     def has_module_permission(self, request):
         return is_operator(request.user) or super().has_module_permission(request)
+
+    def get_list_display(self, request):
+        return _with_zones(self.model, super().get_list_display(request))
+
+    def get_actions(self, request):
+        # Nothing here is deleted (keys are revoked, schedules archived), so no bulk delete either;
+        # admins that do delete (memberships) keep Django's action.
+        actions = super().get_actions(request)
+        if not self.has_delete_permission(request):
+            actions.pop("delete_selected", None)
+        return actions
 
     def has_view_permission(self, request, obj=None):
         return is_operator(request.user) or super().has_view_permission(request, obj)

@@ -51,7 +51,7 @@ class RunAdmin(ReadOnlyAdmin):
                 done += 1
             except ServiceError as e:
                 self.message_user(request, f"{run.id}: {e.message}", level=messages.WARNING)
-        msg = f"{label} {done} run(s)"
+        msg = f"{label} {done} run{'' if done == 1 else 's'}"
         if skipped:
             msg += f"; {skipped} left alone (not in {'/'.join(states)})"
         self.message_user(request, msg)

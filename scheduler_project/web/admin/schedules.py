@@ -41,7 +41,8 @@ class TenantAdmin(OperatorAdmin):
 
 @admin.register(TenantMembership)
 class TenantMembershipAdmin(OperatorAdmin):
-    list_display = ("user", "tenant")
+    list_display = ("user", "tenant", "role")
+    list_filter = ("role",)
     list_select_related = ("user", "tenant")
 
     def has_add_permission(self, request):
@@ -81,7 +82,7 @@ class ApiKeyAdmin(OperatorAdmin):
                 done += 1
             except ServiceError as e:
                 self.message_user(request, f"{key}: {e.message}", level=messages.WARNING)
-        self.message_user(request, f"revoked {done} key(s)")
+        self.message_user(request, f"revoked {done} key{'' if done == 1 else 's'}")
 
 
 class VersionInline(OperatorInline):
@@ -116,7 +117,7 @@ class ScheduleAdmin(OperatorAdmin):
                 done += 1
             except ServiceError as e:
                 self.message_user(request, f"{s}: {e.message}", level=messages.WARNING)
-        self.message_user(request, f"{label} {done} schedule(s)")
+        self.message_user(request, f"{label} {done} schedule{'' if done == 1 else 's'}")
 
     @admin.action(description="Pause selected schedules", permissions=["operate_schedules"])
     def pause(self, request, queryset):

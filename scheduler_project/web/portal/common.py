@@ -1,5 +1,6 @@
 """Helpers every portal view shares: keyset pages, fragments, calling a service safely."""
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from django.contrib import messages
@@ -78,3 +79,31 @@ def call_service(request, fn, *args, success: str | None = None, **kwargs):
     if success:
         messages.success(request, success.format(result=result))
     return True, result
+
+
+@dataclass
+class Confirm:
+    """A change that asks first. Without JavaScript the confirmation is a page of its own; with
+    htmx the same box is drawn inside the panel the button belongs to (`target`), so nothing
+    depends on a browser dialog."""
+
+    title: str
+    text: str
+    action: str  # where "yes" posts
+    yes: str
+    back: str  # where "no" goes
+    danger: bool = False
+    target: str = ""  # the panel's element id, for htmx; "" for a plain post
+    fields: dict = field(default_factory=dict)  # more hidden fields to post again
+
+
+def confirmed(request) -> bool:
+    return request.POST.get("confirm") == "yes"
+
+
+def confirm_response(request, confirm: Confirm, *, template: str | None = None, partial: str | None = None,
+                     context: dict | None = None):
+    """The confirmation step: the panel with its box for htmx, else a page."""
+    if request.htmx and template and partial:
+        return render(request, f"{template}#{partial}", {**(context or {}), "confirm": confirm})
+    return render(request, "portal/confirm.html", {"confirm": confirm})

@@ -1,11 +1,14 @@
-"""The operator dashboard: the figures from `runs.stats`, refreshed by a poller that checks a
-cheap fingerprint first and backs off while nothing changes."""
+"""The operator dashboard: the figures from `runs.stats` and the charts from the pre-aggregated
+activity rows (charts.py), refreshed by a poller that checks a cheap fingerprint first and backs
+off while nothing changes."""
 
 from django.shortcuts import render
 from django_htmx.http import HttpResponseStopPolling
 
 from runs import stats
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
+from scheduler_project.web.portal import charts
+from scheduler_project.web.portal.display import TimePrefs
 
 # Seconds between checks: fast while things move, slower each time nothing did.
 INTERVALS = (5, 10, 20, 30, 60)
@@ -18,12 +21,21 @@ def _interval(idle: int) -> int:
     return INTERVALS[min(idle, len(INTERVALS) - 1)]
 
 
+def _figures(ctx, tenant_ids, request):
+    d = stats.dashboard(tenant_ids=tenant_ids)
+    s = charts.series(tenant_ids, d.now, ctx["range"])
+    tz = TimePrefs.of(request).zone_for(None)
+    ctx.update(d=d, series=s, outcome_chart=charts.outcome_chart(s, tz), lag_chart=charts.lag_chart(s, tz))
+
+
 @portal_view
 def dashboard(request):
     tenant_ids = visible_tenant_ids(request.user)
     fp = stats.fingerprint(tenant_ids=tenant_ids)
     is_poll = request.htmx and "fp" in request.GET
-    ctx = {"fp": fp, "is_operator": is_operator(request.user), "idle": 0, "interval": INTERVALS[0]}
+    chart_range = request.GET.get("range") if request.GET.get("range") in charts.RANGES else charts.DEFAULT_RANGE
+    ctx = {"fp": fp, "is_operator": is_operator(request.user), "idle": 0, "interval": INTERVALS[0],
+           "range": chart_range, "ranges": list(charts.RANGES)}
     if is_poll:
         try:
             idle = int(request.GET.get("idle", "0"))
@@ -38,8 +50,12 @@ def dashboard(request):
             # Nothing moved: only the poller is replaced (with a longer interval); the figures
             # are not recomputed.
             return render(request, "runs/dashboard.html#poller", ctx)
-        ctx["d"] = stats.dashboard(tenant_ids=tenant_ids)
+        _figures(ctx, tenant_ids, request)
         ctx["oob"] = True
         return render(request, "runs/dashboard.html#update", ctx)
-    ctx["d"] = stats.dashboard(tenant_ids=tenant_ids)
+    _figures(ctx, tenant_ids, request)
+    if request.htmx and "range" in request.GET:
+        # The range switch: the figures and a poller that keeps the new range.
+        ctx["oob"] = True
+        return render(request, "runs/dashboard.html#update", ctx)
     return render(request, "runs/dashboard.html", ctx)

@@ -19,6 +19,7 @@ from scheduler_project.web.portal.runs import run_filters, runs_page, _tenant_id
 from scheduler_project.web.access import actor_for, is_operator, operable_tenant_ids, portal_view, scope, visible_tenants
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.portal.common import parse_uuid, render_view
+from scheduler_project.web.portal.display import plural
 
 # A bulk action over a filter touches at most this many runs; a bigger set is done in steps, so
 # no click starts an unbounded loop at 3 a.m.
@@ -67,11 +68,18 @@ def dlq(request):
     view_name = _view_name(request)
     qs, values = _filtered(request, view_name, request.GET)
     page = runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
+    can_operate = operable_tenant_ids(request.user, "operate_runs") != []
+    # Bounded: the count the "all matching" button states, at most one past the bulk limit.
+    matching = qs.order_by()[: BULK_LIMIT + 1].count() if can_operate else 0
     return render_view(request, "runs/dlq.html", {
-        "view": view_name, "f": values, "groups": _groups(qs), "page": page,
+        "view": view_name, "f": values, "groups": _groups(qs), "page": page, "matching": matching,
         "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
-        "bulk_limit": BULK_LIMIT, "can_operate": operable_tenant_ids(request.user, "operate_runs") != [],
+        "bulk_limit": BULK_LIMIT, "can_operate": can_operate, "back": _back_from(view_name, values),
     }, partial="results")
+
+
+def _back_from(view_name, values) -> str:
+    return reverse("runs-dlq") + "?" + urlencode({"view": view_name, **values})
 
 
 def _targets(request, view_name, action):
@@ -91,6 +99,11 @@ def _targets(request, view_name, action):
     return valid.order_by("-scheduled_time", "-id")
 
 
+def _back(request, view_name) -> str:
+    """The queue as it was filtered when the action was asked for (the form repeats the filter)."""
+    return _back_from(view_name, _filtered(request, view_name, request.POST)[1])
+
+
 @portal_view
 def dlq_action(request):
     if request.method != "POST":
@@ -99,7 +112,7 @@ def dlq_action(request):
         raise PermissionDenied("your account may not retry or cancel runs")
     view_name = _view_name(request)
     action = request.POST.get("action", "")
-    back = reverse("runs-dlq") + "?" + urlencode({"view": view_name})
+    back = _back(request, view_name)
     if action not in ACTIONS:
         messages.error(request, "Choose retry or cancel.")
         return redirect(back)
@@ -110,7 +123,7 @@ def dlq_action(request):
     ids = ids[:BULK_LIMIT]
     if request.POST.get("confirm") != "yes":
         return render_view(request, "runs/dlq_confirm.html", {
-            "action": action, "count": len(ids), "more": more, "states": states, "view": view_name,
+            "action": action, "count": len(ids), "more": more, "states": states, "view": view_name, "back": back,
             "post": request.POST, "selected": request.POST.getlist("ids"), "bulk_limit": BULK_LIMIT,
         }, partial="confirm")
     by = actor_for(request)
@@ -121,9 +134,10 @@ def dlq_action(request):
             done += 1
         except ServiceError as e:
             refused.append(e.message)
-    msg = f"{done_word.capitalize()} {done} run(s)."
+    msg = f"{done_word.capitalize()} {plural(done, 'run')}."
     if refused:
-        msg += f" {len(refused)} changed state meanwhile and were left alone ({refused[0]})."
+        msg += (f" {plural(len(refused), 'run')} changed state meanwhile and {'was' if len(refused) == 1 else 'were'}"
+                f" left alone ({refused[0]}).")
     if more:
         msg += f" More than {BULK_LIMIT} matched; run the action again for the rest."
     messages.success(request, msg)

@@ -2,6 +2,7 @@
 attempt timeline and evidence; retry and cancel call `runs.services`."""
 
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -13,7 +14,9 @@ from schedules.models import Schedule
 from scheduler_project.errors import ValidationFailed
 from scheduler_project.web.pagination import RUN_PAGES, Page
 from scheduler_project.web.portal import common
-from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, parse_when, render_view
+from scheduler_project.web.portal.display import headers_shown
+from scheduler_project.web.portal.common import (Confirm, call_service, confirm_response, confirmed, keyset_page,
+                                                 parse_uuid, parse_when, render_view)
 
 # With more tenants than this in view, the per-tenant merge below stops paying for itself.
 MERGE_MAX_TENANTS = 100
@@ -58,14 +61,14 @@ def runs_page(qs, raw_cursor, tenant_ids, *, size: int | None = None) -> Page:
     size = size or common.PAGE_SIZE
     if tenant_ids is not None and 1 < len(tenant_ids) <= MERGE_MAX_TENANTS:
         def load(pks):
-            return qs.model.objects.select_related("tenant", "schedule").in_bulk(pks)
+            return qs.model.objects.select_related("tenant", "schedule", "version").in_bulk(pks)
 
         parts = [qs.filter(tenant_id=t) for t in tenant_ids]
         try:
             return RUN_PAGES.merged_page(parts, cursor=raw_cursor or None, limit=size, load=load)
         except ValidationFailed:
             return RUN_PAGES.merged_page(parts, limit=size, load=load)
-    return keyset_page(RUN_PAGES, qs.select_related("tenant", "schedule"), raw_cursor, size=size)
+    return keyset_page(RUN_PAGES, qs.select_related("tenant", "schedule", "version"), raw_cursor, size=size)
 
 
 def _tenant_ids_for_merge(request, values):
@@ -90,15 +93,18 @@ def run_list(request):
     }, partial="results")
 
 
-def _detail_context(request, run):
+def _detail_context(request, run, **extra):
+    can_operate = can(request.user, "operate_runs", run.tenant_id)
     return {
         "run": run,
         "attempts": run.attempts.order_by("-generation"),
         "live": run.state not in TERMINAL_STATES,
-        "can_retry": run.state in services.RETRYABLE_FROM and can(request.user, "operate_runs", run.tenant_id),
-        "can_cancel": run.state in services.CANCELABLE_FROM and can(request.user, "operate_runs", run.tenant_id),
+        "can_retry": run.state in services.RETRYABLE_FROM and can_operate,
+        "can_cancel": run.state in services.CANCELABLE_FROM and can_operate,
         "is_operator": is_operator(request.user),
         "start_lag": (run.first_started_at - run.scheduled_time).total_seconds() if run.first_started_at else None,
+        "headers": headers_shown(run.version.target_headers, can(request.user, "operate_schedules", run.tenant_id)),
+        **extra,
     }
 
 
@@ -119,12 +125,26 @@ def run_detail(request, pk):
     return render_view(request, "runs/detail.html", ctx, partial="live")
 
 
-def _run_action(service, success):
+def _cancel_confirm(run) -> Confirm:
+    return Confirm(
+        title="Cancel this run?",
+        text=("It will not be attempted again. A worker holding it abandons the call at its next heartbeat; the "
+              "target may already have acted." if run.state == RunState.LEASED else
+              "It will not be attempted (again); nothing is called."),
+        action=reverse("runs-cancel", args=[run.id]), yes="Yes, cancel the run",
+        back=reverse("runs-detail", args=[run.id]), danger=True, target="run-live")
+
+
+def _run_action(service, success, *, confirm=None):
     @portal_view
     @require_POST
     def view(request, pk):
         run = _load(request, pk)
         require(request.user, "operate_runs", run.tenant_id)
+        # A run the service would refuse (already ended) gets its message at once, not a question.
+        if confirm and not confirmed(request) and run.state in services.CANCELABLE_FROM:
+            return confirm_response(request, confirm(run), template="runs/detail.html", partial="live",
+                                    context=_detail_context(request, run, live=False))
         call_service(request, service, run, by=actor_for(request), success=success)
         if request.htmx:
             return render_view(request, "runs/detail.html", _detail_context(request, _load(request, pk)), partial="live")
@@ -134,4 +154,5 @@ def _run_action(service, success):
 
 
 run_retry = _run_action(services.retry_run, "Retried: the run is ready now and keeps its id (idempotency key).")
-run_cancel = _run_action(services.cancel_run, "Canceled. A worker holding it abandons the call at its next heartbeat.")
+run_cancel = _run_action(services.cancel_run, "Canceled. A worker holding it abandons the call at its next heartbeat.",
+                         confirm=_cancel_confirm)

@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from scheduler_project.web.portal import audit, dashboard, dlq, runs, schedules, tenants
+from scheduler_project.web.portal import (audit, dashboard, dlq, preferences, runs, schedule_form, schedules, tenants,
+                                          workers)
 
 urlpatterns = [
     path("", dashboard.dashboard, name="runs-dashboard"),
@@ -12,8 +13,13 @@ urlpatterns = [
     path("runs/<uuid:pk>/cancel", runs.run_cancel, name="runs-cancel"),
     path("dlq/", dlq.dlq, name="runs-dlq"),
     path("dlq/action", dlq.dlq_action, name="runs-dlq-action"),
+    path("workers/", workers.workers, name="dispatch-workers"),
     path("schedules/", schedules.schedule_list, name="schedules-list"),
+    path("schedules/new", schedule_form.schedule_create, name="schedules-create"),
+    path("schedules/preview", schedule_form.expression_preview, name="schedules-preview"),
     path("schedules/<uuid:pk>/", schedules.schedule_detail, name="schedules-detail"),
+    path("schedules/<uuid:pk>/edit", schedule_form.schedule_edit, name="schedules-edit"),
+    path("schedules/<uuid:pk>/runs", schedules.schedule_runs, name="schedules-runs"),
     path("schedules/<uuid:pk>/pause", schedules.schedule_pause, name="schedules-pause"),
     path("schedules/<uuid:pk>/resume", schedules.schedule_resume, name="schedules-resume"),
     path("schedules/<uuid:pk>/trigger", schedules.schedule_trigger, name="schedules-trigger"),
@@ -22,8 +28,12 @@ urlpatterns = [
     path("tenants/", tenants.tenant_list, name="schedules-tenants"),
     path("tenants/<uuid:pk>/", tenants.tenant_detail, name="schedules-tenant-detail"),
     path("tenants/<uuid:pk>/settings", tenants.tenant_settings, name="schedules-tenant-settings"),
+    path("tenants/<uuid:pk>/secret", tenants.secret_rotate, name="schedules-secret-rotate"),
+    path("tenants/<uuid:pk>/members", tenants.member_add, name="schedules-member-add"),
+    path("tenants/<uuid:pk>/members/<int:member_id>", tenants.member_change, name="schedules-member-change"),
     path("tenants/<uuid:pk>/keys", tenants.key_create, name="schedules-key-create"),
     path("tenants/<uuid:pk>/keys/<uuid:key_id>/revoke", tenants.key_revoke, name="schedules-key-revoke"),
     path("tenants/<uuid:pk>/targets", tenants.target_add, name="schedules-target-add"),
     path("tenants/<uuid:pk>/targets/<int:target_id>/remove", tenants.target_remove, name="schedules-target-remove"),
+    path("preferences/time", preferences.time_preference, name="portal-time-preference"),
 ]

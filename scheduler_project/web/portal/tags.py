@@ -1,0 +1,94 @@
+"""The portal's template tags and filters (`{% load portal %}`); the rules are in display.py."""
+
+from django import template
+from django.utils.html import format_html
+
+from scheduler_project.web.portal import display
+
+register = template.Library()
+
+
+def _prefs(context):
+    return display.TimePrefs.of(context.get("request"))
+
+
+@register.simple_tag(takes_context=True)
+def when(context, dt, zone=None, fmt="full"):
+    """A time in the zone the person chose (`zone`: the schedule's, used when they chose "the
+    schedule's zone"), with its zone, in a <time> element whose title gives it in UTC."""
+    if dt is None:
+        return "—"
+    tz = _prefs(context).zone_for(zone)
+    return format_html('<time datetime="{}" title="{}">{}</time>', display.iso_utc(dt),
+                       display.format_in(dt, display.UTC, "full"), display.format_in(dt, tz, fmt))
+
+
+@register.simple_tag
+def walltime(dt, zone, fmt="full"):
+    """A time as wall time in the given zone, whatever the person chose (a rule's own zone)."""
+    if dt is None:
+        return "—"
+    tz = display.zone(zone) or display.UTC
+    return format_html('<time datetime="{}">{}</time>', display.iso_utc(dt), display.format_in(dt, tz, fmt))
+
+
+@register.simple_tag(takes_context=True)
+def display_zone_name(context, zone=None):
+    tz = _prefs(context).zone_for(zone)
+    return "UTC" if tz is display.UTC else str(tz)
+
+
+@register.simple_tag(takes_context=True)
+def ago(context, dt, now=None):
+    if dt is None:
+        return "—"
+    tz = _prefs(context).zone_for(None)
+    return format_html('<time datetime="{}" title="{}">{}</time>', display.iso_utc(dt),
+                       display.format_in(dt, tz, "full"), display.ago(dt, now))
+
+
+@register.filter
+def seconds(value):
+    return display.duration(value)
+
+
+@register.filter
+def future_note(note):
+    return display.future_note(note)
+
+
+@register.simple_tag
+def plural(n, word, many=None):
+    return display.plural(n or 0, word, many)
+
+
+@register.filter
+def percent(value):
+    if not isinstance(value, (int, float)):
+        return "—"
+    return f"{value * 100:.1f} %" if value < 0.999 else f"{value * 100:.0f} %"
+
+
+@register.filter
+def change_lines(entry):
+    return display.change_lines(entry.before, entry.after)
+
+
+@register.simple_tag(takes_context=True)
+def sparkline(context, figures):
+    from scheduler_project.web.portal.charts import sparkline as draw
+
+    if not figures:
+        return ""
+    return draw(figures.outcomes, _prefs(context).zone_for(None))
+
+
+@register.simple_tag(takes_context=True)
+def time_prefs(context):
+    return _prefs(context)
+
+
+@register.filter
+def value_text(value):
+    """A recorded value as a person reads it: JSON for objects, "—" for none, "(empty)" for ""."""
+    return display.value_text(value)
