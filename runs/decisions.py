@@ -56,16 +56,32 @@ def event(run_id, tenant_id, kind: EventKind, **payload) -> Event:
     return Event(run_id, tenant_id, str(kind), {"runId": str(run_id), **payload})
 
 
+_CREATED = {RunState.READY: EventKind.CREATED, RunState.SKIPPED: EventKind.SKIPPED,
+            RunState.CANCELED: EventKind.CANCELED}
+_COMPLETED = {RunState.SUCCEEDED: EventKind.SUCCEEDED, RunState.READY: EventKind.RETRY_SCHEDULED,
+              RunState.DEAD: EventKind.DEAD}
+
+
 def created_kind(state: str) -> EventKind:
     """The event of a run made in `state` (ready, or already skipped/canceled)."""
-    return {RunState.READY: EventKind.CREATED, RunState.SKIPPED: EventKind.SKIPPED,
-            RunState.CANCELED: EventKind.CANCELED}[state]
+    return _CREATED[state]
 
 
 def completion_kind(state: str) -> EventKind:
     """The event of an attempt's result that moved its run to `state`."""
-    return {RunState.SUCCEEDED: EventKind.SUCCEEDED, RunState.READY: EventKind.RETRY_SCHEDULED,
-            RunState.DEAD: EventKind.DEAD}[state]
+    return _COMPLETED[state]
+
+
+# The evidence of an attempt's result, as its completion event and a late result carry it: the
+# payload key, the Result attribute, and whether an empty string is written as null. Python
+# (Result.evidence) and the PostgreSQL store's statements (built from this table) write it alike.
+EVIDENCE = (
+    ("outcome", "outcome", False),
+    ("httpStatus", "http_status", False),
+    ("errorClass", "error_class", True),
+    ("error", "error", True),
+    ("latencyMs", "latency_ms", False),
+)
 
 
 # --- retries ----------------------------------------------------------------------------------
@@ -160,14 +176,12 @@ class Result:
     retry_after: float | None = None
 
     def evidence(self) -> dict:
-        """The attempt's evidence as its completion event (and a late result) carries it."""
-        return {
-            "outcome": self.outcome,
-            "httpStatus": self.http_status,
-            "errorClass": self.error_class or None,
-            "error": self.error or None,
-            "latencyMs": self.latency_ms,
-        }
+        """The attempt's evidence as its completion event (and a late result) carries it (EVIDENCE)."""
+        out = {}
+        for key, attr, empty_is_null in EVIDENCE:
+            value = getattr(self, attr)
+            out[key] = (value or None) if empty_is_null else value
+        return out
 
     @property
     def last_error(self) -> str:

@@ -19,7 +19,7 @@ from datetime import datetime
 import psycopg
 from django.db import connection
 
-from runs.decisions import Claimed, Decided, completion_kind
+from runs.decisions import EVIDENCE, Claimed, Decided, completion_kind
 from runs.models import TERMINAL_STATES, EventKind, RunState
 from runs.store.portable import PortableStore
 
@@ -223,18 +223,28 @@ RETURNING r.id, r.generation
 # ISO 8601 in UTC with microseconds, as the outbox payloads written from Python carry them.
 _ISO = """to_char(({}) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
 
+# The result's columns in the JSON rows below, one per runs.decisions.EVIDENCE attribute, and the
+# evidence object built from them as Result.evidence() builds it in Python.
+_RESULT_COLUMNS = {"outcome": ("o", "text"), "http_status": ("h", "int"), "error_class": ("c", "text"),
+                   "error": ("m", "text"), "latency_ms": ("l", "int")}
+_EVIDENCE = "jsonb_build_object(" + ", ".join(
+    f"'{key}', " + (f"NULLIF(v.{_RESULT_COLUMNS[attr][0]}, '')" if empty_is_null else f"v.{_RESULT_COLUMNS[attr][0]}")
+    for key, attr, empty_is_null in EVIDENCE
+) + ")"
+_RESULT_RECORD = ", ".join(f"{col} {sqltype}" for col, sqltype in _RESULT_COLUMNS.values())
+
 # Complete: apply each decided result where its generation still holds the lease, finish those
 # attempts and write their events, in one statement. The fence is the UPDATE's own WHERE
 # (generation and state re-checked on the row it locks), so no separate locking read is needed;
 # its RETURNING carries the result on to the attempt and the event, so each later step is a
 # primary-key probe per applied run. The input is one JSON document: encoding it is a single C
-# call, where array parameters cost Python work per element. The evidence (`e`), the event kind
+# call, where array parameters cost Python work per element. The next state, the event kind
 # (`k`) and the run's last error (`le`) come decided from Python (runs.decisions); only times are
 # the database's.
 COMPLETE_SQL = f"""
 WITH v AS (
     SELECT * FROM json_to_recordset(%(rows)s::json) AS v(
-        r uuid, g int, a bigint, s text, d float8, k text, le text, x text, p text, e jsonb)
+        r uuid, g int, a bigint, s text, d float8, k text, le text, x text, p text, {_RESULT_RECORD})
 ), applied AS (
     UPDATE runs_run r SET
         state = v.s,
@@ -247,9 +257,8 @@ WITH v AS (
     RETURNING r.id, r.generation, r.tenant_id, r.next_eligible_at, v.*
 ), attempts AS (
     UPDATE runs_attempt a SET
-        outcome = v.e->>'outcome', finished_at = statement_timestamp(), http_status = (v.e->>'httpStatus')::int,
-        error_class = left(coalesce(v.e->>'errorClass', ''), 100), error = left(coalesce(v.e->>'error', ''), 2000),
-        response_excerpt = v.x, latency_ms = (v.e->>'latencyMs')::int, remote_address = v.p
+        outcome = v.o, finished_at = statement_timestamp(), http_status = v.h, error_class = left(v.c, 100),
+        error = left(v.m, 2000), response_excerpt = v.x, latency_ms = v.l, remote_address = v.p
     FROM applied v
     WHERE a.id = v.a
 ), events AS (
@@ -257,7 +266,7 @@ WITH v AS (
                                   published_at)
     SELECT gen_random_uuid(), v.tenant_id, v.id, v.k,
            jsonb_build_object('runId', v.id::text, 'generation', v.g, 'state', v.s,
-                              'nextEligibleAt', {_ISO.format("v.next_eligible_at")}) || v.e,
+                              'nextEligibleAt', {_ISO.format("v.next_eligible_at")}) || {_EVIDENCE},
            statement_timestamp(), 0, '', {_published_at("v.tenant_id", "statement_timestamp()")}
     FROM applied v
 )
@@ -266,8 +275,9 @@ SELECT id::text, generation, CASE WHEN row_number() OVER () = 1 THEN statement_t
 
 # Results whose generation lost its lease (rare): kept on their attempts as late evidence.
 KEEP_LATE_SQL = f"""
-UPDATE runs_attempt a SET late_result = v.e || jsonb_build_object('receivedAt', {_ISO.format("statement_timestamp()")})
-FROM json_to_recordset(%(rows)s::json) AS v(a bigint, e jsonb)
+UPDATE runs_attempt a SET
+    late_result = {_EVIDENCE} || jsonb_build_object('receivedAt', {_ISO.format("statement_timestamp()")})
+FROM json_to_recordset(%(rows)s::json) AS v(a bigint, {_RESULT_RECORD})
 WHERE a.id = v.a
 """
 
@@ -405,8 +415,9 @@ class PostgresStore(PortableStore):
             key = c.run_text
             rows.append((key, {
                 "r": key, "g": c.generation, "a": c.attempt_id, "s": d.state, "d": d.delay,
-                "k": completion_kind(d.state).value, "le": r.last_error, "x": r.response_excerpt,
-                "p": r.remote_address or "", "e": r.evidence(),
+                "k": completion_kind(d.state), "le": r.last_error, "x": r.response_excerpt,
+                "p": r.remote_address or "", "o": r.outcome, "h": r.http_status, "c": r.error_class,
+                "m": r.error, "l": r.latency_ms,
             }))
         # Rows in key order, so two transactions over overlapping runs lock them in the same order.
         rows.sort(key=lambda kv: kv[0])
@@ -415,6 +426,6 @@ class PostgresStore(PortableStore):
             out = cur.fetchall()
             applied = {(row[0], row[1]) for row in out}
             if len(applied) < len(rows):
-                late = [{"a": row["a"], "e": row["e"]} for _, row in rows if (row["r"], row["g"]) not in applied]
+                late = [row for _, row in rows if (row["r"], row["g"]) not in applied]
                 cur.execute(KEEP_LATE_SQL, {"rows": json.dumps(late)})
         return applied, next((row[2] for row in out if row[2] is not None), None)

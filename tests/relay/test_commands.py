@@ -48,5 +48,5 @@ def test_the_scheduler_runs_a_relay_thread():
     names = [t.name for t in loops.threads]
     stop.set()
     loops.join(10)
-    assert names == ["scan", "reconcile", "relay"]
+    assert {"scan", "reconcile", "relay"} <= set(names)
     assert not loops.died
