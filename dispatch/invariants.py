@@ -7,7 +7,9 @@ them or none, so a check never reports a transition that was half-visible while 
 check returns at most `limit` ids (ordered, so two checks of one state agree) and the total count
 (`COUNT(*) OVER ()` before the limit), so the output stays small however broken the data is.
 
-Cost: invariants 1 and 2 scan the occurrence, run and attempt history (they are about every row);
+Cost: invariants 1 and 2 scan the occurrence, run and attempt history (they are about every row;
+every join between them names the partition key too, so on PostgreSQL's partitioned tables each
+partition is joined with its own counterpart);
 3 and 4 use the partial indexes on leased runs and open attempts; 5 and 6 look only at the
 outbox's retention window (pruned events cannot be checked, see `_outbox_horizon`); 7 reads
 enabled active schedules. Run it off-peak or on a replica on a large database.
@@ -155,12 +157,26 @@ def duplicate_occurrences(ctx: Context) -> list[Violation]:
 
 
 def occurrences_without_one_run(ctx: Context) -> list[Violation]:
+    # A run belongs to its occurrence and has its scheduled time: a run with another time does not
+    # count (and shows under runs_without_occurrence).
     return _check(
         ctx, 1, "occurrence_run_count",
         "an occurrence without exactly one run; ids are occurrences",
         f"""SELECT CAST(o.id AS TEXT) AS id FROM {T['occ']} o
-            LEFT JOIN {T['run']} r ON r.occurrence_id = o.id
+            LEFT JOIN {T['run']} r ON r.occurrence_id = o.id AND r.scheduled_time = o.scheduled_time
             GROUP BY o.id HAVING COUNT(r.id) <> 1""",
+    )
+
+
+def runs_without_occurrence(ctx: Context) -> list[Violation]:
+    # In place of the run -> occurrence foreign key, which the time-partitioned tables do not have
+    # (runs.models): every run's occurrence exists, with the run's scheduled time.
+    return _check(
+        ctx, 1, "run_without_occurrence",
+        "a run whose occurrence does not exist (or has another scheduled time); ids are runs",
+        f"""SELECT CAST(r.id AS TEXT) AS id FROM {T['run']} r
+            WHERE NOT EXISTS (SELECT 1 FROM {T['occ']} o
+                              WHERE o.id = r.occurrence_id AND o.scheduled_time = r.scheduled_time)""",
     )
 
 
@@ -174,12 +190,23 @@ def attempt_generations(ctx: Context) -> list[Violation]:
         "a run's attempts are not exactly generations 1..generation (missing, duplicated or beyond); ids are runs",
         f"""SELECT CAST(r.id AS TEXT) AS id FROM {T['run']} r
             LEFT JOIN (
-                SELECT run_id, COUNT(*) AS n, COUNT(DISTINCT generation) AS d,
+                SELECT run_id, scheduled_time, COUNT(*) AS n, COUNT(DISTINCT generation) AS d,
                        MIN(generation) AS lo, MAX(generation) AS hi
-                FROM {T['att']} GROUP BY run_id
-            ) a ON a.run_id = r.id
+                FROM {T['att']} GROUP BY run_id, scheduled_time
+            ) a ON a.run_id = r.id AND a.scheduled_time = r.scheduled_time
             WHERE COALESCE(a.n, 0) <> r.generation OR COALESCE(a.d, 0) <> COALESCE(a.n, 0)
                OR COALESCE(a.hi, 0) <> r.generation OR (a.n > 0 AND a.lo <> 1)""",
+    )
+
+
+def attempts_without_run(ctx: Context) -> list[Violation]:
+    # In place of the attempt -> run foreign key (runs.models): every attempt's run exists, and the
+    # attempt carries the run's scheduled time (its partition key).
+    return _check(
+        ctx, 2, "attempt_without_run",
+        "an attempt whose run does not exist (or has another scheduled time); ids are attempts",
+        f"""SELECT CAST(a.id AS TEXT) AS id FROM {T['att']} a
+            WHERE NOT EXISTS (SELECT 1 FROM {T['run']} r WHERE r.id = a.run_id AND r.scheduled_time = a.scheduled_time)""",
     )
 
 
@@ -193,7 +220,8 @@ def leased_without_open_attempt(ctx: Context) -> list[Violation]:
         f"""SELECT CAST(r.id AS TEXT) AS id FROM {T['run']} r
             WHERE r.state = 'leased' AND NOT EXISTS (
                 SELECT 1 FROM {T['att']} a
-                WHERE a.run_id = r.id AND a.generation = r.generation AND a.outcome IS NULL)""",
+                WHERE a.run_id = r.id AND a.scheduled_time = r.scheduled_time AND a.generation = r.generation
+                  AND a.outcome IS NULL)""",
     )
 
 
@@ -202,7 +230,8 @@ def misplaced_open_attempts(ctx: Context) -> list[Violation]:
         ctx, 3, "misplaced_open_attempt",
         "an open attempt on a run that is not leased, or not of the run's current generation, or a "
         "second open attempt on one run; ids are runs",
-        f"""SELECT CAST(r.id AS TEXT) AS id FROM {T['att']} a JOIN {T['run']} r ON r.id = a.run_id
+        f"""SELECT CAST(r.id AS TEXT) AS id FROM {T['att']} a
+            JOIN {T['run']} r ON r.id = a.run_id AND r.scheduled_time = a.scheduled_time
             WHERE a.outcome IS NULL
             GROUP BY r.id, r.state, r.generation
             HAVING COUNT(*) > 1 OR r.state <> 'leased' OR MAX(a.generation) <> r.generation""",
@@ -365,7 +394,9 @@ CHECKS = {
     for f in (
         duplicate_occurrences,
         occurrences_without_one_run,
+        runs_without_occurrence,
         attempt_generations,
+        attempts_without_run,
         leased_without_open_attempt,
         misplaced_open_attempts,
         stale_leases,

@@ -20,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from dispatch.models import ShardLease, WorkerStat
-from runs import stats
+from runs import retention, stats
 from scheduler_project.dbclock import db_now
 
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -104,6 +104,7 @@ class SchedulerCollector:
 
         yield from self.worker_metrics(now)
         yield from self.shard_metrics(now)
+        yield from self.history_metrics(now)
 
     def worker_metrics(self, now):
         totals = WorkerStat.objects.aggregate(
@@ -142,6 +143,40 @@ class SchedulerCollector:
             age.add_metric(labels, (now - lease.last_pass_at).total_seconds() if lease.last_pass_at else -1.0)
         yield behind
         yield age
+
+
+    def history_metrics(self, now):
+        """What history is kept and whether its maintenance keeps up (runs.retention.status)."""
+        st = retention.status(now=now)
+        keep = GaugeMetricFamily("scheduler_retention_days", "Days finished runs are kept by default, by class",
+                                 labels=["class"])
+        keep.add_metric(["finished"], st.finished_days)
+        keep.add_metric(["dead"], st.dead_days)
+        yield keep
+        yield _gauge("scheduler_retention_overrides", "Tenants with their own retention policy", st.overrides)
+        yield _gauge("scheduler_history_last_removal_age_seconds",
+                     "Seconds since history was last removed by retention (-1: never)",
+                     _age(now, st.last_removal_at) if st.last_removal_at else -1.0)
+        if not st.partitioned:
+            return
+        yield _gauge("scheduler_history_next_removal_seconds",
+                     "Seconds until the oldest partition is due for removal (negative: overdue, see the maintain log)",
+                     (st.next_removal_at - now).total_seconds() if st.next_removal_at else 0.0)
+        yield _gauge("scheduler_history_partitions_ahead_seconds",
+                     "How far beyond now partitions exist (alert when below an hour: is `maintain` running?)",
+                     (st.covered_until - now).total_seconds() if st.covered_until else 0.0)
+        parts = GaugeMetricFamily("scheduler_history_partitions", "Partitions per history table", labels=["table"])
+        size = GaugeMetricFamily("scheduler_history_bytes", "Bytes on disk per history table", labels=["table"])
+        stray = GaugeMetricFamily("scheduler_history_unpartitioned_rows",
+                                  "Rows written for times no partition covered (alert when above 0: run "
+                                  "`manage.py partitions`)", labels=["table"])
+        for table, n in st.partitions.items():
+            parts.add_metric([table], n)
+            size.add_metric([table], st.table_bytes.get(table, 0))
+            stray.add_metric([table], st.unpartitioned_rows.get(table, 0))
+        yield parts
+        yield size
+        yield stray
 
 
 def exposition() -> bytes:

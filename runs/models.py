@@ -4,6 +4,20 @@ State rules live in the database as check constraints. Every transition is decid
 `runs.decisions` and applied by one entry point (`runs.queue` for the loops' batches,
 `runs.services` for manual changes, `runs.schedule_changes` for schedule changes that touch runs)
 through the storage seam `runs.store`, and writes its outbox event in the same transaction.
+
+On PostgreSQL the four history tables are partitioned by time (migration 0007, `runs.partitions`,
+docs/scaling.md "Time partitioning"): occurrences, runs and attempts by the run's scheduled_time
+(one run's whole history lives in one partition and goes with it), outbox events by created_at.
+PostgreSQL wants the partition key in every unique constraint, so:
+- each table's real primary key is (id, partition key); Django still sees `id` as the primary key
+  and looks rows up by it (ids are UUIDs or sequence numbers, unique on their own);
+- the unique constraints below carry scheduled_time (or created_at). Each stays exactly as strict
+  as before because the key is a function of the rest: an occurrence has one scheduled time, a run
+  has its occurrence's, an attempt its run's (all written together by the same statement);
+- the run -> occurrence and attempt -> run foreign keys are not database constraints: a foreign key
+  into a partitioned table would make every partition drop check the referencing table. The
+  invariant checker covers both (`runs_without_occurrence`, `attempts_without_run`).
+On SQLite the same constraints exist, unpartitioned.
 """
 
 import uuid
@@ -64,7 +78,7 @@ class EventKind(models.TextChoices):
 
 class Occurrence(models.Model):
     # Ids are made client-side so a scanner batch inserts occurrences and runs without a round
-    # trip to learn the keys.
+    # trip to learn the keys. PostgreSQL's primary key is (id, scheduled_time): see the module.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Served by the (schedule, version, instant) unique index.
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences", db_index=False)
@@ -92,7 +106,10 @@ class Occurrence(models.Model):
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # = idempotency key
-    occurrence = models.OneToOneField(Occurrence, on_delete=models.PROTECT, related_name="run")
+    # One run per occurrence: run_one_per_occurrence below (not a database foreign key, see the
+    # module docstring; served by that unique index).
+    occurrence = models.ForeignKey(Occurrence, on_delete=models.PROTECT, related_name="run", db_index=False,
+                                   db_constraint=False)
     # Denormalised from the occurrence so claiming, fairness and listing need no join. No
     # single-column indexes: the (tenant, time) and (schedule, time) indexes below serve those
     # lookups, and every index is written on each of a run's four or five updates.
@@ -138,8 +155,14 @@ class Run(models.Model):
             # Run lists per schedule and per tenant (keyset pagination on scheduled_time, id).
             models.Index(fields=["schedule", "-scheduled_time", "-id"], name="run_schedule_time_idx"),
             models.Index(fields=["tenant", "-scheduled_time", "-id"], name="run_tenant_time_idx"),
+            # Retention (runs.retention): runs retried by hand are kept counting from the retry,
+            # and a partition swap re-copies the ones retried while it staged. Partial, so only
+            # the few retried runs have an entry and the hot path writes none.
+            models.Index(fields=["retried_at"], name="run_retried_idx", condition=Q(retried_at__isnull=False)),
         ]
         constraints = [
+            # Invariant 1: one run per occurrence (a run's scheduled_time is its occurrence's).
+            models.UniqueConstraint(fields=["occurrence", "scheduled_time"], name="run_one_per_occurrence"),
             models.CheckConstraint(
                 condition=Q(state__in=[s.value for s in RunState]), name="run_state_valid"
             ),
@@ -173,6 +196,22 @@ class Run(models.Model):
         return str(self.id)
 
 
+class RunTimeField(models.DateTimeField):
+    """An attempt's copy of its run's scheduled time (the partition key). The queue's statements
+    write it with the attempt; any other code that makes an attempt without it (the admin, a test)
+    gets its run's, read here, so the copy can never differ from the run's own."""
+
+    def pre_save(self, model_instance, add):
+        value = getattr(model_instance, self.attname)
+        if value is None and add and model_instance.run_id is not None:
+            run = model_instance._state.fields_cache.get("run")
+            if run is None or run.pk != model_instance.run_id:
+                run = Run.objects.only("scheduled_time").get(pk=model_instance.run_id)
+            value = run.scheduled_time
+            setattr(model_instance, self.attname, value)
+        return value
+
+
 class AttemptOutcome(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -182,8 +221,12 @@ class AttemptOutcome(models.TextChoices):
 
 class Attempt(models.Model):
     id = models.BigAutoField(primary_key=True)
-    # Served by the (run, generation) unique index.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts", db_index=False)
+    # Served by the (run, generation) unique index; not a database foreign key (module docstring).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts", db_index=False,
+                            db_constraint=False)
+    # The run's scheduled time, written with the attempt by the claim: the partition key, so that a
+    # run and all its attempts live in the same partition and are removed together.
+    scheduled_time = RunTimeField()
     generation = models.PositiveIntegerField()
     worker_id = models.CharField(max_length=200)
     started_at = models.DateTimeField()
@@ -204,10 +247,11 @@ class Attempt(models.Model):
     class Meta:
         ordering = ["run", "generation"]
         constraints = [
-            # Invariant 2: one attempt per generation.
-            models.UniqueConstraint(fields=["run", "generation"], name="attempt_run_generation_unique"),
+            # Invariant 2: one attempt per generation (scheduled_time is the run's: same strictness).
+            models.UniqueConstraint(fields=["run", "generation", "scheduled_time"], name="attempt_run_generation_unique"),
             # Invariant 3 (half of it): at most one open attempt per run.
-            models.UniqueConstraint(fields=["run"], condition=Q(outcome__isnull=True), name="attempt_one_open_per_run"),
+            models.UniqueConstraint(fields=["run", "scheduled_time"], condition=Q(outcome__isnull=True),
+                                    name="attempt_one_open_per_run"),
             models.CheckConstraint(
                 condition=(Q(outcome__isnull=True) & Q(finished_at__isnull=True))
                 | (Q(outcome__isnull=False) & Q(finished_at__isnull=False)),
@@ -228,7 +272,9 @@ class OutboxEvent(models.Model):
     """A run transition, written in the transaction that made it; the relay publishes it."""
 
     id = models.BigAutoField(primary_key=True)
-    event_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # Unique with created_at (outbox_event_id_unique): the partition key must be in it; event ids
+    # are random UUIDs, so the pair is as unique as the id.
+    event_id = models.UUIDField(default=uuid.uuid4, editable=False)
     # An event is history: the queue statements write it from the RETURNING of the run's own
     # update, so its run and tenant exist when it is written, and it must not stop a run or
     # tenant from being removed later (retention, partition drops). So no database foreign keys
@@ -257,3 +303,67 @@ class OutboxEvent(models.Model):
                 fields=["next_attempt_at", "id"], name="outbox_relay_due_idx", condition=Q(published_at__isnull=True)
             ),
         ]
+        constraints = [
+            # Consumers dedupe by event_id.
+            models.UniqueConstraint(fields=["event_id", "created_at"], name="outbox_event_id_unique"),
+        ]
+
+
+class RetentionPolicy(models.Model):
+    """A tenant's own retention (runs.retention): how long its finished history is kept, where it
+    differs from the deployment's defaults (SCHEDULER_RETENTION_DAYS, SCHEDULER_DEAD_RETENTION_DAYS).
+    Empty fields use the default. Runs that are not finished are never removed, whatever this says."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True, related_name="retention")
+    # Succeeded, canceled and skipped runs: days after their scheduled time (after a manual retry,
+    # after the retry).
+    finished_days = models.PositiveIntegerField(null=True, blank=True)
+    # Dead runs: days after they went dead.
+    dead_days = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=200, blank=True, default="")
+
+    def __str__(self):
+        return f"retention of {self.tenant_id}"
+
+
+class HistoryPartition(models.Model):
+    """One partition of a history table on PostgreSQL (runs.partitions keeps this list in step with
+    the database's own; empty on SQLite). `sealed`: the partition holds no ready or leased run, so
+    the dispatch hot path leaves it out of its plans; a trigger on a sealed partition unseals it the
+    moment a row in it becomes ready or leased again (a manual retry, a backfill)."""
+
+    name = models.CharField(max_length=63, primary_key=True)
+    table = models.CharField(max_length=63)
+    # None: unbounded (the kept partition starts at MINVALUE, the catch-all ends at MAXVALUE).
+    lower = models.DateTimeField(null=True, blank=True)
+    upper = models.DateTimeField(null=True, blank=True)
+    role = models.CharField(max_length=16)  # kept | live | future
+    sealed = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["table", "lower"]
+        indexes = [models.Index(fields=["table", "sealed"], name="history_partition_live_idx")]
+
+    def __str__(self):
+        return self.name
+
+
+class HistoryRemoval(models.Model):
+    """One removal by retention (runs.retention), also in the audit log; the newest is what the
+    portal and /metrics show (read by its index, not by searching the audit log)."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(auto_now_add=True)
+    what = models.CharField(max_length=200)  # a partition's name, or "batches"
+    removed = models.JSONField(default=dict)  # table -> rows removed
+    kept = models.JSONField(default=dict)  # table -> rows of the new kept partition
+    lock_ms = models.FloatField(null=True, blank=True)  # how long the tables were locked
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["-at"], name="history_removal_at_idx")]
+
+    def __str__(self):
+        return f"{self.what} at {self.at}"

@@ -12,10 +12,13 @@ Which module owns which change:
 - `runs.services`: manual run transitions (retry, cancel); `runs.queue`: the loops' batches.
 """
 
-from datetime import datetime
+import copy
+import uuid
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import prefetch_related_objects
 
 from runs.decisions import MAX_OCCURRENCES_PER_PASS, build_run, manual_occurrence
 from runs.models import Reason, Run, RunKind, RunState
@@ -23,10 +26,10 @@ from runs.queue import insert_runs
 from runs.services import cancel_unstarted
 from runs.store import store
 from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict, StaleVersion, ValidationFailed
+from scheduler_project.errors import Conflict, ServiceError, StaleVersion, ValidationFailed
 from scheduler_project.notify import SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
-from schedules.models import Schedule, ScheduleStatus, Tenant, shard_bucket
+from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
 from schedules.occurrences import ONE_US, walk
 from schedules.services import (
     VERSIONED_DEFAULTS,
@@ -43,28 +46,147 @@ from schedules.services import (
 )
 
 
-@transaction.atomic
-def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime) -> Schedule:
-    """Validate and store a new schedule at version 1 with its first due instant."""
-    fields = {**VERSIONED_DEFAULTS, **given}
-    rule = validate_fields(tenant, fields, now=now)
+def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: bool, now: datetime):
+    """The unsaved schedule and its version 1 for validated `fields`. The schedule's id is made here,
+    so the version can point at it before either row exists (both foreign keys are checked at
+    commit): the schedule is then inserted once, with its current version already set."""
     next_at = first_run_at(rule, fields, after=now)
     if next_at is None:
         if rule.kind == "at":
             # A one-time at() in the past: nothing will ever fire; say so instead of storing a dead rule.
             raise ValidationFailed({"expression": ["this at() time is already past"]})
         raise ValidationFailed({"expression": ["this rule never fires within startAt/endAt"]})
-    schedule = Schedule(tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now))
-    schedule.shard = shard_bucket(schedule.id)
+    sid = uuid.uuid4()
+    version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={}, **fields)
+    schedule = Schedule(id=sid, tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now),
+                        shard=shard_bucket(sid))
     # Created paused: nothing is due until it is resumed, which computes from that moment.
     schedule.next_run_at = next_at if enabled else None
     schedule.paused_at = None if enabled else now
-    schedule.save()
-    schedule.current = new_version(schedule, 1, fields, by, changes={})
-    schedule.save(update_fields=["current"])
+    return schedule, version
+
+
+def _wake_scanners_for(schedules, now: datetime) -> None:
+    """Scanners poll every SCHEDULER_POLL_SECONDS and make runs SCHEDULER_HORIZON_SECONDS ahead;
+    a schedule first due later than that is found by their polling, so only one due sooner needs
+    the wake-up."""
+    soon = now + timedelta(seconds=settings.SCHEDULER_HORIZON_SECONDS + 2 * settings.SCHEDULER_POLL_SECONDS)
+    if any(s.next_run_at is not None and s.next_run_at <= soon for s in schedules):
+        notify(SCHEDULES_CHANNEL)
+
+
+@transaction.atomic
+def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime) -> Schedule:
+    """Validate and store a new schedule at version 1 with its first due instant: two inserts and
+    the audit entry."""
+    fields = {**VERSIONED_DEFAULTS, **given}
+    rule = validate_fields(tenant, fields, now=now)
+    schedule, version = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)
+    version.save(force_insert=True)
+    schedule.current = version
+    schedule.save(force_insert=True)
     audit("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant, after=jsonable(fields))
-    notify(SCHEDULES_CHANNEL)
+    _wake_scanners_for([schedule], now)
     return schedule
+
+
+# Most schedules one create_schedules call takes (the API's batch endpoint).
+MAX_BATCH = 1000
+
+
+def _quota_limits(tenant: Tenant) -> tuple[int, int]:
+    """The tenant's schedule and sub-minute quotas (0: none), as schedules.services.check_quotas reads them."""
+    def pick(own, default):
+        return own if own is not None else default
+
+    return (pick(tenant.max_schedules, settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT),
+            pick(tenant.max_subminute_schedules, settings.SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT))
+
+
+def _fit_quotas(tenant: Tenant, valid: list) -> dict:
+    """Which of the valid new schedules (in order) the tenant's quotas leave room for: the quota
+    rule of a single create (schedules.services.check_quotas) applied to the batch as a whole, with
+    one count of the tenant's live schedules instead of one per item. Near a limit the tenant row
+    is locked first, as a single create does, so concurrent batches cannot both take the last
+    places. Returns {index: error} for those refused."""
+    from schedules.services import QUOTA_LOCK_MARGIN
+
+    limit, sub_limit = _quota_limits(tenant)
+    live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
+    subs = sum(1 for _, f in valid if f.get("sub_minute"))
+    counts = {}
+    for key, qs, lim, n in (("all", live, limit, len(valid)), ("sub", live.filter(current__sub_minute=True), sub_limit, subs)):
+        if lim and n:
+            counts[key] = qs.count()
+            if counts[key] + n >= lim - QUOTA_LOCK_MARGIN:
+                Tenant.objects.select_for_update(no_key=True).filter(id=tenant.id).first()
+                counts[key] = qs.count()
+    refused = {}
+    used, used_sub = counts.get("all", 0), counts.get("sub", 0)
+    for index, fields in valid:
+        if limit and used >= limit:
+            refused[index] = ValidationFailed({"body": [
+                f"this tenant has {limit} schedules, its quota; archive (DELETE) schedules it no longer needs, or "
+                "ask an operator to raise the quota"]})
+            continue
+        if sub_limit and fields.get("sub_minute") and used_sub >= sub_limit:
+            refused[index] = ValidationFailed({"expression": [
+                f"this rule fires more than once a minute, and this tenant already has {sub_limit} such schedules, "
+                "its quota for them; use a slower rule, or ask an operator to raise the quota"]})
+            continue
+        used += 1
+        used_sub += bool(fields.get("sub_minute"))
+    return refused
+
+
+@transaction.atomic
+def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -> list:
+    """Create many schedules at once (at most MAX_BATCH), each validated exactly as create_schedule
+    validates one, in one transaction. `items` are the service's field dicts (as create_schedule's
+    `given`), each with an optional "enabled" (default True). Returns, per item in order, the
+    stored Schedule or the ServiceError that refused it (ValidationFailed, PayloadTooLarge);
+    refusing one item does not refuse the others.
+
+    Steps, in this order because each depends on the one before:
+    1. Validate every item (fields, rule, allowlist: the tenant's prefixes are read once).
+    2. Apply the quotas to the valid items as a whole (one count per quota).
+    3. Insert the versions in one statement (their ids come back), then the schedules with their
+       current version set, then the audit entries: three statements whatever the batch size.
+    """
+    if len(items) > MAX_BATCH:
+        raise ValidationFailed({"schedules": [f"at most {MAX_BATCH} schedules per request; this one has {len(items)}"]})
+    # Quotas are counted for the batch as a whole below, so validate_fields must not count them
+    # item by item: it skips a quota of 0. The allowlist is read once for all items.
+    unquoted = copy.copy(tenant)
+    unquoted.max_schedules = unquoted.max_subminute_schedules = 0
+    prefetch_related_objects([unquoted], "targets")
+    results: list = []
+    valid = []
+    for index, given in enumerate(items):
+        given = dict(given)
+        enabled = given.pop("enabled", True)
+        fields = {**VERSIONED_DEFAULTS, **given}
+        try:
+            rule = validate_fields(unquoted, fields, now=now)
+            results.append((fields, _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)))
+            valid.append((index, fields))
+        except ServiceError as exc:
+            results.append(exc)
+    for index, exc in _fit_quotas(tenant, valid).items():
+        results[index] = exc
+    made = [r for r in results if not isinstance(r, ServiceError)]
+    if made:
+        versions = ScheduleVersion.objects.bulk_create([v for _, (_, v) in made])
+        for (_, (schedule, _)), version in zip(made, versions):
+            schedule.current = version
+        Schedule.objects.bulk_create([s for _, (s, _) in made])
+        AuditEntry.objects.bulk_create([
+            AuditEntry(tenant_id=tenant.id, actor=by.name, action="schedule.create", object_type="schedule",
+                       object_id=str(s.id), remote_addr=by.remote_addr or "", after=jsonable(fields))
+            for fields, (s, _) in made
+        ])
+        _wake_scanners_for([s for _, (s, _) in made], now)
+    return [r if isinstance(r, ServiceError) else r[1][0] for r in results]
 
 
 def _locked(schedule) -> Schedule:

@@ -28,6 +28,7 @@ from runs.models import (
     RunKind,
     RunState,
 )
+from runs.store.history import PortableHistory
 from scheduler_project.dbclock import db_now
 from schedules.models import MisfirePolicy, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
 
@@ -43,7 +44,7 @@ def _owned(keys, worker_id=None):
     return qs
 
 
-class PortableStore:
+class PortableStore(PortableHistory):
     # --- events ----------------------------------------------------------------------------------
 
     def insert_events(self, events: list[Event], *, now: datetime) -> None:
@@ -235,7 +236,7 @@ class PortableStore:
             )
         )
         attempts = Attempt.objects.bulk_create(
-            [Attempt(run_id=r[0], generation=r[1], worker_id=worker, started_at=now) for r in rows]
+            [Attempt(run_id=r[0], scheduled_time=r[7], generation=r[1], worker_id=worker, started_at=now) for r in rows]
         )
         self.insert_events([event(r[0], r[4], EventKind.LEASED, generation=r[1], workerId=worker,
                                   state=RunState.LEASED) for r in rows], now=now)

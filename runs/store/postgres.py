@@ -21,6 +21,8 @@ from django.db import connection
 
 from runs.decisions import EVIDENCE, Claimed, Decided, completion_kind
 from runs.models import TERMINAL_STATES, EventKind, RunState
+from runs.partitions import LIVE_FLOOR_SQL
+from runs.store.history import PostgresHistory
 from runs.store.portable import PortableStore
 
 READY, LEASED = RunState.READY.value, RunState.LEASED.value
@@ -52,21 +54,32 @@ class _Unprepared:
         return self.cur.fetchall()
 
 
-def _due_tenants(now: str) -> str:
+# The live floor (runs.partitions.LIVE_FLOOR_SQL): runs_run is partitioned by scheduled_time, and
+# PostgreSQL plans every partition a statement may touch, at a cost per partition that would soon
+# exceed the statement's own work. Every ready or leased run is at or above the floor (partitions
+# below it are sealed: none of their runs is ready or leased, and a trigger unseals one the moment
+# that changes), so the dispatch statements name it, as a parameter the planner prunes with, and
+# plan only the few partitions from there up. Each statement comes in two spellings: with the
+# floor, and without (no floor known: the catalog is empty or the kept partition is live).
+def _floor(alias: str, floored: bool) -> str:
+    return f" AND {alias}scheduled_time >= %(floor)s" if floored else ""
+
+
+def _due_tenants(now: str, floored: bool = False) -> str:
     """Tenants with due runs as of `now`: a skip scan over run_ready_tenant_idx, one index probe
     per tenant with due runs, however many runs each has."""
     return f"""RECURSIVE t(tenant_id) AS (
-    (SELECT tenant_id FROM runs_run WHERE state = '{READY}' AND next_eligible_at <= {now}
+    (SELECT tenant_id FROM runs_run WHERE state = '{READY}' AND next_eligible_at <= {now}{_floor("", floored)}
      ORDER BY tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT r.tenant_id FROM runs_run r
-            WHERE r.state = '{READY}' AND r.next_eligible_at <= {now} AND r.tenant_id > t.tenant_id
+            WHERE r.state = '{READY}' AND r.next_eligible_at <= {now} AND r.tenant_id > t.tenant_id{_floor("r.", floored)}
             ORDER BY r.tenant_id LIMIT 1)
     FROM t WHERE t.tenant_id IS NOT NULL
 )"""
 
 
-def _tenant_due_runs(tenant: str, now: str, limit: str) -> str:
+def _tenant_due_runs(tenant: str, now: str, limit: str, floored: bool = False) -> str:
     """Up to `limit` of one tenant's oldest due runs, locked; rows another worker holds are
     skipped, not waited for. Written so that only run_ready_tenant_idx gives this order: with
     `tenant_id = x ... ORDER BY next_eligible_at` the planner walked run_ready_idx and filtered by
@@ -75,24 +88,31 @@ def _tenant_due_runs(tenant: str, now: str, limit: str) -> str:
     return f"""
     SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
     WHERE r.state = '{READY}' AND r.tenant_id >= {tenant} AND r.tenant_id <= {tenant}
-      AND r.next_eligible_at <= {now}
+      AND r.next_eligible_at <= {now}{_floor("r.", floored)}
     ORDER BY r.tenant_id, r.next_eligible_at
     LIMIT {limit}
     FOR UPDATE OF r SKIP LOCKED"""
 
 
 # The claim with caps in play, step 1: which tenants have due runs.
-DUE_TENANTS_SQL = ("WITH " + _due_tenants("%(now)s")
-                   + "\nSELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s")
+def _due_tenants_sql(floored: bool) -> str:
+    return ("WITH " + _due_tenants("%(now)s", floored)
+            + "\nSELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s")
+
 
 # Step 2: up to per_tenant due runs of each of these tenants, locked, in the given tenant order.
-CANDIDATES_SQL = """
+def _candidates_sql(floored: bool) -> str:
+    return """
 SELECT c.id, c.tenant_id, c.target_host
 FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
-CROSS JOIN LATERAL (""" + _tenant_due_runs("t.tenant_id", "%(now)s", "%(per_tenant)s") + """
+CROSS JOIN LATERAL (""" + _tenant_due_runs("t.tenant_id", "%(now)s", "%(per_tenant)s", floored) + """
 ) c
 ORDER BY t.pos
 """
+
+
+DUE_TENANTS_SQL = {f: _due_tenants_sql(f) for f in (False, True)}
+CANDIDATES_SQL = {f: _candidates_sql(f) for f in (False, True)}
 
 
 # The scheduled time as text in exactly the form runs.decisions.iso writes (UTC, "Z",
@@ -126,9 +146,9 @@ def _claim_tail(now: str) -> str:
     """After a `leased` CTE: open the attempts, write the events and return each claimed run with
     its version's call and retry policy."""
     return f"""), opened AS (
-    INSERT INTO runs_attempt (run_id, generation, worker_id, started_at, error_class, error,
+    INSERT INTO runs_attempt (run_id, scheduled_time, generation, worker_id, started_at, error_class, error,
                               response_excerpt, remote_address, canceled_in_flight)
-    SELECT id, generation, %(worker)s, {now}, '', '', '', '', false FROM leased
+    SELECT id, scheduled_time, generation, %(worker)s, {now}, '', '', '', '', false FROM leased
     RETURNING id, run_id
 ), events AS (
     INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at,
@@ -153,12 +173,16 @@ CROSS JOIN LATERAL (SELECT * FROM schedules_scheduleversion sv WHERE sv.id = l.v
 
 
 # Claim: lease the picked runs, open their attempts and write their events, in one statement.
-CLAIM_SQL = f"""
+def _claim_sql(floored: bool) -> str:
+    return f"""
 WITH leased AS (
     UPDATE runs_run r SET {_lease("%(now)s", "%(until)s")}
-    WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state = '{READY}'
+    WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state = '{READY}'{_floor("r.", floored)}
     {_LEASED_RETURNING}
 {_claim_tail("%(now)s")}"""
+
+
+CLAIM_SQL = {f: _claim_sql(f) for f in (False, True)}
 
 # Claim without caps in play, in one statement: find the tenants with due runs (a skip scan over
 # run_ready_tenant_idx, one probe per tenant), rotate them by %(shift)s, lock up to twice a fair
@@ -166,7 +190,8 @@ WITH leased AS (
 # %(limit)s, and lease them as CLAIM_SQL does: the choice runs.decisions.rotate/fair_share/pick
 # make for the portable store. One round trip instead of four means the rows are locked for one
 # statement and a commit, so concurrent workers skip fewer of each other's rows.
-CLAIM_DUE_SQL = "WITH " + _due_tenants("statement_timestamp()") + f""", due AS (
+def _claim_due_sql(floored: bool) -> str:
+    return "WITH " + _due_tenants("statement_timestamp()", floored) + f""", due AS (
     SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) AS n, count(*) OVER () AS total
     FROM (SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT 10000) d
 ), served AS (
@@ -176,7 +201,7 @@ CLAIM_DUE_SQL = "WITH " + _due_tenants("statement_timestamp()") + f""", due AS (
 ), cand AS (
     SELECT c.id, c.next_eligible_at, s.pos
     FROM served s CROSS JOIN share CROSS JOIN LATERAL ({_tenant_due_runs(
-    "s.tenant_id", "statement_timestamp()", "share.per_tenant")}
+    "s.tenant_id", "statement_timestamp()", "share.per_tenant", floored)}
     ) c
 ), picked AS (
     SELECT id FROM (
@@ -189,9 +214,12 @@ CLAIM_DUE_SQL = "WITH " + _due_tenants("statement_timestamp()") + f""", due AS (
                                   "statement_timestamp() + make_interval(secs => %(lease)s)")}
     -- Primary-key probes for the picked ids: written as a join, the planner hashed the picked
     -- rows and scanned the whole runs table (every run ever kept) to find them.
-    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state = '{READY}'
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state = '{READY}'{_floor("r.", floored)}
     {_LEASED_RETURNING}
 {_claim_tail("statement_timestamp()")}"""
+
+
+CLAIM_DUE_SQL = {f: _claim_due_sql(f) for f in (False, True)}
 
 
 def _claimed(cur) -> list[Claimed]:
@@ -212,12 +240,12 @@ def _uuid_array(ids) -> str:
 
 # Heartbeat: extend the leases this worker still holds at these generations, in one statement;
 # the rows returned are the ones it still owns (the fence is the UPDATE's own WHERE).
-EXTEND_LEASES_SQL = f"""
+EXTEND_LEASES_SQL = {f: f"""
 UPDATE runs_run r SET lease_until = statement_timestamp() + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::uuid[], %(gens)s::int[]) AS k(id, generation)
-WHERE r.id = k.id AND r.generation = k.generation AND r.state = '{LEASED}' AND r.lease_owner = %(worker)s
+WHERE r.id = k.id AND r.generation = k.generation AND r.state = '{LEASED}' AND r.lease_owner = %(worker)s{_floor("r.", f)}
 RETURNING r.id, r.generation
-"""
+""" for f in (False, True)}
 
 
 # ISO 8601 in UTC with microseconds, as the outbox payloads written from Python carry them.
@@ -240,11 +268,13 @@ _RESULT_RECORD = ", ".join(f"{col} {sqltype}" for col, sqltype in _RESULT_COLUMN
 # primary-key probe per applied run. The input is one JSON document: encoding it is a single C
 # call, where array parameters cost Python work per element. The next state, the event kind
 # (`k`) and the run's last error (`le`) come decided from Python (runs.decisions); only times are
-# the database's.
+# the database's. Each row carries its run's scheduled time (`st`), which is the partition key of
+# the run and of its attempt; %(lo)s and %(hi)s, the batch's earliest and latest, let the planner
+# leave out every partition the batch cannot touch.
 COMPLETE_SQL = f"""
 WITH v AS (
     SELECT * FROM json_to_recordset(%(rows)s::json) AS v(
-        r uuid, g int, a bigint, s text, d float8, k text, le text, x text, p text, {_RESULT_RECORD})
+        r uuid, st timestamptz, g int, a bigint, s text, d float8, k text, le text, x text, p text, {_RESULT_RECORD})
 ), applied AS (
     UPDATE runs_run r SET
         state = v.s,
@@ -253,14 +283,15 @@ WITH v AS (
         last_error = v.le,
         finished_at = CASE WHEN v.s IN ({TERMINAL}) THEN statement_timestamp() END
     FROM v
-    WHERE r.id = v.r AND r.generation = v.g AND r.state = '{LEASED}'
+    WHERE r.id = v.r AND r.scheduled_time = v.st AND r.generation = v.g AND r.state = '{LEASED}'
+      AND r.scheduled_time >= %(lo)s AND r.scheduled_time <= %(hi)s
     RETURNING r.id, r.generation, r.tenant_id, r.next_eligible_at, v.*
 ), attempts AS (
     UPDATE runs_attempt a SET
         outcome = v.o, finished_at = statement_timestamp(), http_status = v.h, error_class = left(v.c, 100),
         error = left(v.m, 2000), response_excerpt = v.x, latency_ms = v.l, remote_address = v.p
     FROM applied v
-    WHERE a.id = v.a
+    WHERE a.id = v.a AND a.scheduled_time = v.st AND a.scheduled_time >= %(lo)s AND a.scheduled_time <= %(hi)s
 ), events AS (
     INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
                                   published_at)
@@ -277,8 +308,8 @@ SELECT id::text, generation, CASE WHEN row_number() OVER () = 1 THEN statement_t
 KEEP_LATE_SQL = f"""
 UPDATE runs_attempt a SET
     late_result = {_EVIDENCE} || jsonb_build_object('receivedAt', {_ISO.format("statement_timestamp()")})
-FROM json_to_recordset(%(rows)s::json) AS v(a bigint, {_RESULT_RECORD})
-WHERE a.id = v.a
+FROM json_to_recordset(%(rows)s::json) AS v(a bigint, st timestamptz, {_RESULT_RECORD})
+WHERE a.id = v.a AND a.scheduled_time = v.st AND a.scheduled_time >= %(lo)s AND a.scheduled_time <= %(hi)s
 """
 
 
@@ -340,7 +371,12 @@ WHERE s.id = v.id
 """
 
 
-class PostgresStore(PortableStore):
+def _live_floor(cur):
+    cur.execute(LIVE_FLOOR_SQL)
+    return cur.fetchall()[0][0]
+
+
+class PostgresStore(PostgresHistory, PortableStore):
     def insert_events(self, events, *, now) -> None:
         if not events:
             return
@@ -379,31 +415,40 @@ class PostgresStore(PortableStore):
 
     def due_tenants(self, now, *, max_tenants: int) -> list:
         with _cursor() as cur:
-            cur.execute(DUE_TENANTS_SQL, {"now": now, "max_tenants": max_tenants})
+            floor = _live_floor(cur)
+            cur.execute(DUE_TENANTS_SQL[floor is not None], {"now": now, "max_tenants": max_tenants, "floor": floor})
             return [row[0] for row in cur.fetchall()]
 
     def due_candidates(self, tenants: list, now, *, per_tenant: int) -> list:
         with _cursor() as cur:
-            cur.execute(CANDIDATES_SQL, {"tenants": tenants, "now": now, "per_tenant": per_tenant})
+            floor = _live_floor(cur)
+            cur.execute(CANDIDATES_SQL[floor is not None],
+                        {"tenants": tenants, "now": now, "per_tenant": per_tenant, "floor": floor})
             return cur.fetchall()
 
     def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int) -> list[Claimed]:
         with _cursor() as cur:
-            cur.execute(CLAIM_DUE_SQL, {"worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift})
+            floor = _live_floor(cur)
+            cur.execute(CLAIM_DUE_SQL[floor is not None],
+                        {"worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift, "floor": floor})
             return _claimed(cur)
 
     def claim(self, ids, *, worker: str, now, until) -> list[Claimed]:
         if not ids:
             return []
         with _cursor() as cur:
-            cur.execute(CLAIM_SQL, {"ids": _uuid_array(ids), "worker": worker, "now": now, "until": until})
+            floor = _live_floor(cur)
+            cur.execute(CLAIM_SQL[floor is not None],
+                        {"ids": _uuid_array(ids), "worker": worker, "now": now, "until": until, "floor": floor})
             return _claimed(cur)
 
     def extend_leases(self, keys, *, worker: str, lease_seconds: float) -> set:
         gens = "{" + ",".join(str(k[1]) for k in keys) + "}"
         with _cursor() as cur:
-            cur.execute(EXTEND_LEASES_SQL, {"ids": _uuid_array(k[0] for k in keys), "gens": gens, "worker": worker,
-                                            "lease": lease_seconds})
+            floor = _live_floor(cur)
+            cur.execute(EXTEND_LEASES_SQL[floor is not None],
+                        {"ids": _uuid_array(k[0] for k in keys), "gens": gens, "worker": worker,
+                         "lease": lease_seconds, "floor": floor})
             return {(row[0], row[1]) for row in cur.fetchall()}
 
     def complete(self, decided: list[Decided]) -> tuple[set, datetime | None]:
@@ -414,18 +459,20 @@ class PostgresStore(PortableStore):
             r, c = d.result, d.result.claimed
             key = c.run_text
             rows.append((key, {
-                "r": key, "g": c.generation, "a": c.attempt_id, "s": d.state, "d": d.delay,
+                "r": key, "st": c.scheduled_iso, "g": c.generation, "a": c.attempt_id, "s": d.state, "d": d.delay,
                 "k": completion_kind(d.state), "le": r.last_error, "x": r.response_excerpt,
                 "p": r.remote_address or "", "o": r.outcome, "h": r.http_status, "c": r.error_class,
                 "m": r.error, "l": r.latency_ms,
             }))
         # Rows in key order, so two transactions over overlapping runs lock them in the same order.
         rows.sort(key=lambda kv: kv[0])
+        times = [d.result.claimed.scheduled_time for d in decided]
+        span = {"lo": min(times), "hi": max(times)}
         with _cursor() as cur:
-            cur.execute(COMPLETE_SQL, {"rows": json.dumps([kv[1] for kv in rows])})
+            cur.execute(COMPLETE_SQL, {"rows": json.dumps([kv[1] for kv in rows]), **span})
             out = cur.fetchall()
             applied = {(row[0], row[1]) for row in out}
             if len(applied) < len(rows):
                 late = [row for _, row in rows if (row["r"], row["g"]) not in applied]
-                cur.execute(KEEP_LATE_SQL, {"rows": json.dumps(late)})
+                cur.execute(KEEP_LATE_SQL, {"rows": json.dumps(late), **span})
         return applied, next((row[2] for row in out if row[2] is not None), None)

@@ -1,6 +1,8 @@
 """The invariants the database enforces are really there after every migration, on both engines
 (read through Django's introspection, so the same test checks PostgreSQL and SQLite)."""
 
+import uuid
+
 import pytest
 from django.db import IntegrityError, connection, transaction
 
@@ -29,9 +31,40 @@ def test_the_named_constraints_and_queue_indexes_exist(table):
     assert NAMED[table] <= found, NAMED[table] - found
 
 
-def test_one_run_per_occurrence_is_a_unique_column():
+def test_one_run_per_occurrence_is_a_unique_constraint():
+    # With the run's scheduled time, which is its occurrence's: PostgreSQL's time partitions need
+    # the partition key in every unique constraint (runs.models).
     uniques = [c["columns"] for c in constraints("runs_run").values() if c["unique"]]
-    assert ["occurrence_id"] in uniques
+    assert ["occurrence_id", "scheduled_time"] in uniques
+
+
+def test_the_database_refuses_a_second_run_for_an_occurrence(tenant, target):
+    from tests.helpers import make_due, make_schedule
+    from dispatch.loops import drain, scan_step
+
+    make_due(make_schedule(tenant, target.url + "/run"))
+    drain(scan_step)
+    run = Run.objects.get()
+    twin = Run.objects.get(id=run.id)
+    twin.id = uuid.uuid4()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        twin.save(force_insert=True)
+
+
+def test_the_database_refuses_a_second_attempt_of_a_generation_and_a_second_open_attempt(tenant, target):
+    from tests.helpers import make_due, make_schedule
+    from dispatch.loops import drain, scan_step
+    from runs import queue
+    from runs.models import Attempt
+
+    make_due(make_schedule(tenant, target.url + "/run"))
+    drain(scan_step)
+    (c,) = queue.claim("w-1", 10)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Attempt.objects.create(run_id=c.run_id, generation=1, worker_id="twin", started_at=c.scheduled_time,
+                               outcome="failed", finished_at=c.scheduled_time)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Attempt.objects.create(run_id=c.run_id, generation=2, worker_id="second-open", started_at=c.scheduled_time)
 
 
 def test_run_states_are_checked_by_the_database(tenant, target):

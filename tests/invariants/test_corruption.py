@@ -122,7 +122,7 @@ def test_it_finds_a_second_open_attempt(tenant, target):
     Attempt.objects.filter(run=run, generation=2).delete()
     with connection.cursor() as cur:
         cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # deferred FK checks would block the DDL
-        cur.execute("CREATE UNIQUE INDEX attempt_one_open_per_run ON runs_attempt (run_id) WHERE outcome IS NULL")
+        cur.execute("CREATE UNIQUE INDEX attempt_one_open_per_run ON runs_attempt (run_id, scheduled_time) WHERE outcome IS NULL")
     assert got["misplaced_open_attempt"] == {str(run.id)}
     assert got["attempt_generations"] == {str(run.id)}
 

@@ -23,6 +23,7 @@ def start_loops(loops: LoopThreads) -> None:
     loops.start(Reconciler())
     loops.start(Relay())
     loops.start(__import__("dispatch.activity", fromlist=["ActivityAggregator"]).ActivityAggregator())
+    loops.start(__import__("dispatch.maintenance", fromlist=["Maintenance"]).Maintenance())
 
 
 def default_workers() -> int:

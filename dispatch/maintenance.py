@@ -1,0 +1,68 @@
+"""The `maintain` loop: keeps the history tables' partitions ahead of time, seals the quiet ones,
+and removes history past its retention (runs.partitions, runs.retention; docs/scaling.md "What an
+operator runs and watches"). It runs in `manage.py scheduler` beside the reconciler and as its own
+command, `manage.py maintain`; any number of copies may run, one does the work at a time (an
+advisory lock on PostgreSQL).
+
+Each step does at most one partition removal and one batch per tenant rule, then reports whether
+more is due, so the runner's shutdown and failure handling apply between units as in every loop.
+"""
+
+import logging
+
+from runs import retention
+from runs.history_settings import get as setting
+from runs.store import store
+from scheduler_project.dbclock import db_now
+
+log = logging.getLogger("scheduler.maintain")
+
+# After the tables' lock was not granted in time (a long reader was in the way), try again this soon.
+BUSY_RETRY_SECONDS = 5.0
+
+
+class Maintenance:
+    name = "maintain"
+
+    def __init__(self, *, export_dir: str | None = None):
+        self.export_dir = export_dir
+        self.busy = False
+        self.last: retention.PassResult | None = None
+
+    def idle_seconds(self) -> float:
+        return BUSY_RETRY_SECONDS if self.busy else setting("SCHEDULER_MAINTENANCE_SECONDS")
+
+    def step(self) -> bool:
+        from runs import partitions
+
+        s = store()
+        if not s.partitioned:
+            self.last = retention.run_pass(export_dir=self.export_dir)
+            self.busy = False
+            return self.last.more
+        if not partitions.try_advisory_lock():
+            return False  # another copy is at it
+        try:
+            now = db_now()
+            try:
+                made = s.ensure_partitions(now)
+                if made and made.created:
+                    log.info("partitions made ahead: %s", ", ".join(made.created))
+            except partitions.PartitionLockBusy:
+                self.busy = True
+                log.info("making partitions ahead: the tables were busy; trying again in %.0f s", BUSY_RETRY_SECONDS)
+                return False
+            s.seal_partitions(now)
+            self.last = retention.run_pass(now=now, export_dir=self.export_dir)
+        finally:
+            partitions.advisory_unlock()
+        self.busy = bool(self.last.busy)
+        if self.last.held_back:
+            for name, survivors, limit in self.last.held_back:
+                log.warning("retention held back: %s would keep %d rows (limit %s)", name, survivors, limit)
+        return self.last.more and not self.busy
+
+
+def maintain_step(**kwargs) -> bool:
+    """One maintenance step (for tests and `--once`)."""
+    return Maintenance(**kwargs).step()

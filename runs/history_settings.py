@@ -1,0 +1,41 @@
+"""The settings of partitioning and retention, read from Django's settings when it defines them and
+from the environment otherwise (the same names), with these defaults. (They live here rather than
+in scheduler_project/settings.py so that the history feature carries its own configuration; tests
+override them with Django's `settings` fixture like any other setting.)"""
+
+import environ
+from django.conf import settings
+
+_env = environ.Env()
+
+# name: (type, default)
+DEFAULTS = {
+    # Width of one partition of the history tables (seconds). Retention removes whole partitions,
+    # so a run is kept between N days and N days + this.
+    "SCHEDULER_PARTITION_SECONDS": (int, 86_400),
+    # Partitions exist at least this far beyond now (besides one partition width); the scanner's
+    # look-ahead never makes runs further ahead than SCHEDULER_LOOKAHEAD_SECONDS.
+    "SCHEDULER_PARTITION_AHEAD_SECONDS": (int, 3_600),
+    # How long partition DDL waits for the tables' lock before giving up until the next pass.
+    "SCHEDULER_PARTITION_LOCK_TIMEOUT_MS": (int, 200),
+    # Succeeded, canceled and skipped runs are kept this many days after their scheduled time.
+    "SCHEDULER_RETENTION_DAYS": (float, 14.0),
+    # Dead runs (the dead-letter queue) are kept this many days after they went dead.
+    "SCHEDULER_DEAD_RETENTION_DAYS": (float, 30.0),
+    # Where removals write what they remove first (JSON Lines, gzip); empty: no export.
+    "SCHEDULER_RETENTION_EXPORT_DIR": (str, ""),
+    # A removal holding more survivors than this waits (and says so) instead of copying them.
+    "SCHEDULER_RETENTION_MAX_SURVIVORS": (int, 2_000_000),
+    # Runs removed per batch where removal is by batches (SQLite; tenants keeping less than the default).
+    "SCHEDULER_RETENTION_BATCH": (int, 1_000),
+    # Interval of the maintenance loop (partitions ahead, sealing, retention).
+    "SCHEDULER_MAINTENANCE_SECONDS": (float, 60.0),
+}
+
+
+def get(name: str):
+    kind, default = DEFAULTS[name]
+    value = getattr(settings, name, None)
+    if value is not None:
+        return kind(value)
+    return _env.get_value(name, cast=kind, default=default)

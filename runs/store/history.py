@@ -1,0 +1,115 @@
+"""The history half of the storage seam: partitions and removal by retention (runs.retention decides
+what goes; these apply it). `PortableStore` and `PostgresStore` each take the class for their engine:
+
+- `PortableHistory`: no partitions (SQLite); removal by bounded batches of rows.
+- `PostgresHistory`: time partitions (runs.partitions); removal by swapping out whole partitions,
+  and by the same bounded batches for what a partition swap cannot reach (a tenant keeping less
+  than the default).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection
+
+from runs.models import TERMINAL_STATES, Attempt, Occurrence, Run, RunState
+
+
+class PortableHistory:
+    partitioned = False
+
+    def ensure_partitions(self, now: datetime):
+        """Make the partitions for the times ahead (none on this engine)."""
+        return None
+
+    def seal_partitions(self, now: datetime) -> list:
+        return []
+
+    def history_layout(self) -> dict:
+        """{table: [partition, ...]} (none on this engine)."""
+        return {}
+
+    def unpartitioned_rows(self) -> dict:
+        return {}
+
+    def covered_until(self):
+        return None
+
+    def expired_run_ids(self, *, tenant_ids, finished_before: datetime, dead_before: datetime, limit: int) -> list:
+        """Up to `limit` ids of the given tenants' runs past their retention: succeeded, canceled or
+        skipped runs scheduled before `finished_before` (retried by hand: retried before it too),
+        dead runs that went dead before `dead_before`. Never a run that is not finished. One
+        range of run_tenant_time_idx or run_dead_idx per tenant."""
+        out: list = []
+        finished = [s for s in TERMINAL_STATES if s != RunState.DEAD]
+        for tenant_id in tenant_ids:
+            if len(out) >= limit:
+                break
+            out += list(
+                Run.objects.filter(tenant_id=tenant_id, scheduled_time__lt=finished_before, state__in=finished)
+                .exclude(retried_at__gte=finished_before)
+                .values_list("id", flat=True)[: limit - len(out)]
+            )
+            if len(out) < limit:
+                out += list(
+                    Run.objects.filter(tenant_id=tenant_id, state=RunState.DEAD, finished_at__lt=dead_before)
+                    .values_list("id", flat=True)[: limit - len(out)]
+                )
+        return out
+
+    def delete_runs(self, run_ids) -> dict:
+        """Remove these runs with their attempts and occurrences, in the caller's transaction. The
+        runs are locked and re-checked first: one retried meanwhile is no longer finished and stays.
+        Returns rows removed per table. (Their outbox events have their own retention.)"""
+        rows = list(Run.objects.filter(id__in=run_ids, state__in=TERMINAL_STATES).select_for_update()
+                    .values_list("id", "occurrence_id"))
+        ids, occurrences = [r[0] for r in rows], [r[1] for r in rows]
+        if not ids:
+            return {"runs_run": 0, "runs_attempt": 0, "runs_occurrence": 0}
+        # Plain deletes: the ORM's cascade would also take the runs' outbox events.
+        attempts = Attempt.objects.filter(run_id__in=ids)._raw_delete(Attempt.objects.db)
+        runs = Run.objects.filter(id__in=ids)._raw_delete(Run.objects.db)
+        occ = Occurrence.objects.filter(id__in=occurrences)._raw_delete(Occurrence.objects.db)
+        return {"runs_run": runs, "runs_attempt": attempts, "runs_occurrence": occ}
+
+
+class PostgresHistory(PortableHistory):
+    partitioned = True
+
+    def ensure_partitions(self, now: datetime):
+        from runs import partitions
+
+        return partitions.ensure_ahead(now)
+
+    def seal_partitions(self, now: datetime) -> list:
+        from runs import partitions
+
+        return partitions.seal_quiet_partitions(now)
+
+    def history_layout(self) -> dict:
+        from runs import partitions
+
+        return {t: partitions.layout(t) for t in partitions.KEY}
+
+    def unpartitioned_rows(self) -> dict:
+        from runs import partitions
+
+        return partitions.unpartitioned_rows()
+
+    def covered_until(self):
+        from runs import partitions
+
+        return partitions.covered_until()
+
+    def table_bytes(self) -> dict:
+        """Bytes on disk per history table (all partitions, with indexes and TOAST)."""
+        from runs import partitions
+
+        out = {}
+        with connection.cursor() as cur:
+            for t in partitions.KEY:
+                cur.execute("SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits "
+                            "WHERE inhparent = %s::regclass", [t])
+                out[t] = int(cur.fetchone()[0])
+        return out

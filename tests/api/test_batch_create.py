@@ -1,0 +1,131 @@
+"""POST /api/v1/schedules/batch: up to 1,000 schedules per request, each item validated exactly as a
+single create (serializer, service, quotas), per-item results in order, one transaction, the same
+Idempotency-Key rules, and a number of statements that does not grow with the batch."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs.schedule_changes import MAX_BATCH
+from schedules.models import AuditEntry, Schedule, ScheduleVersion
+from tests.api.conftest import schedule_body
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/schedules/batch"
+
+
+def batch(api, items, **headers):
+    return api.post(URL, {"schedules": items}, format="json", **headers)
+
+
+def test_it_creates_every_schedule_and_answers_per_item_in_order(api, tenant, target):
+    items = [schedule_body(target, name=f"b{i}", expression=f"{i} * * * *") for i in range(5)]
+    resp = batch(api, items)
+    assert resp.status_code == 201
+    body = resp.json()
+    assert (body["created"], body["failed"]) == (5, 0)
+    assert [r["index"] for r in body["results"]] == list(range(5))
+    for i, r in enumerate(body["results"]):
+        assert r["status"] == 201 and r["version"] == 1
+        s = Schedule.objects.select_related("current").get(id=r["id"])
+        assert (s.tenant_id, s.name, s.current.expression, s.current.version) == (tenant.id, f"b{i}", f"{i} * * * *", 1)
+        assert r["nextRunAt"] == s.next_run_at.isoformat().replace("+00:00", "Z")
+    assert AuditEntry.objects.filter(action="schedule.create", tenant=tenant).count() == 5
+
+
+def test_a_batch_item_is_stored_exactly_as_a_single_create_stores_it(api, target):
+    body = schedule_body(target, name="same", payload={"a": [1, 2]}, misfirePolicy="skip",
+                         retryPolicy={"maxAttempts": 3})
+    body["target"] = {"url": target.url + "/x", "method": "PUT", "headers": {"X-A": "1"}}
+    one = api.post("/api/v1/schedules", body, format="json").json()
+    (made,) = batch(api, [body]).json()["results"]
+    other = api.get(f"/api/v1/schedules/{made['id']}").json()
+    differ = {"id", "createdAt", "updatedAt", "nextRunAt"}
+    assert {k: v for k, v in other.items() if k not in differ} == {k: v for k, v in one.items() if k not in differ}
+
+
+def test_refused_items_get_the_single_creates_answer_and_the_others_are_created(api, tenant, target):
+    items = [
+        schedule_body(target, name="ok"),
+        schedule_body(target, timeZone="Mars/Olympus"),  # the service refuses it
+        {**schedule_body(target), "target": {"url": "http://elsewhere.example/hook"}},  # not on the allowlist
+        {"expression": "*/5 * * * *"},  # the serializer refuses it
+        schedule_body(target, payload={"x": "y" * 70_000}),  # over the payload limit
+    ]
+    resp = batch(api, items)
+    assert resp.status_code == 207
+    results = resp.json()["results"]
+    assert [r["status"] for r in results] == [201, 400, 400, 400, 413]
+    for item, r in zip(items[1:], results[1:]):
+        single = api.post("/api/v1/schedules", item, format="json")
+        assert (r["status"], {k: v for k, v in r.items() if k not in ("index", "status")}) == (
+            single.status_code, single.json())
+    assert Schedule.objects.filter(tenant=tenant).count() == 1
+
+
+def test_when_no_item_is_valid_the_answer_is_a_400_and_nothing_is_stored(api, tenant, target):
+    resp = batch(api, [{"expression": "nope"}, schedule_body(target, timeZone="Nowhere/Else")])
+    assert resp.status_code == 400 and resp.json()["created"] == 0
+    assert not Schedule.objects.filter(tenant=tenant).exists()
+
+
+@pytest.mark.parametrize("body", [{"schedules": []}, {"schedules": "x"}, {}, {"schedules": [{}], "extra": 1}])
+def test_a_body_without_a_list_of_schedules_is_a_400(api, body):
+    assert api.post(URL, body, format="json").status_code == 400
+
+
+def test_more_than_the_limit_is_refused_whole(api, tenant, target, settings):
+    settings.SCHEDULER_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+    items = [schedule_body(target) for _ in range(MAX_BATCH + 1)]
+    resp = batch(api, items)
+    assert resp.status_code == 400 and "schedules" in resp.json()["errors"]
+    assert not Schedule.objects.filter(tenant=tenant).exists()
+
+
+def test_the_quota_applies_to_the_batch_as_a_whole(api, tenant, target, settings):
+    settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT = 3
+    assert api.post("/api/v1/schedules", schedule_body(target), format="json").status_code == 201
+    resp = batch(api, [schedule_body(target, name=f"q{i}") for i in range(4)])
+    assert resp.status_code == 207
+    assert [r["status"] for r in resp.json()["results"]] == [201, 201, 400, 400]
+    assert "has 3 schedules, its quota" in resp.json()["results"][2]["errors"]["body"][0]
+    assert Schedule.objects.filter(tenant=tenant).count() == 3
+
+
+def test_a_repeated_batch_with_the_same_key_returns_the_first_answer(api, tenant, target):
+    items = [schedule_body(target, name=f"k{i}") for i in range(3)]
+    first = batch(api, items, HTTP_IDEMPOTENCY_KEY="batch-1")
+    again = batch(api, items, HTTP_IDEMPOTENCY_KEY="batch-1")
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert Schedule.objects.filter(tenant=tenant).count() == 3
+    other = batch(api, items[:2], HTTP_IDEMPOTENCY_KEY="batch-1")
+    assert other.status_code == 422
+    # A key of a single create is another scope.
+    assert api.post("/api/v1/schedules", schedule_body(target), format="json",
+                    HTTP_IDEMPOTENCY_KEY="batch-1").status_code == 201
+
+
+def test_the_statements_do_not_grow_with_the_batch(api, target):
+    def statements(n):
+        with CaptureQueriesContext(connection) as ctx:
+            assert batch(api, [schedule_body(target, name=f"n{n}-{i}") for i in range(n)]).status_code == 201
+        return len(ctx.captured_queries)
+
+    statements(1)  # the key's first use touches its last_used_at
+    # SQLite caps the parameters of one statement, so Django splits its bulk inserts in chunks.
+    assert statements(50) - statements(2) <= (0 if connection.vendor == "postgresql" else 3)
+    assert ScheduleVersion.objects.count() == 53
+
+
+def test_a_single_create_takes_few_statements(api, target):
+    yearly = schedule_body(target, expression="0 3 1 1 *")
+    api.post("/api/v1/schedules", yearly, format="json")  # the key's first use touches last_used_at
+    with CaptureQueriesContext(connection) as ctx:
+        assert api.post("/api/v1/schedules", yearly, format="json").status_code == 201
+    sql = [q["sql"] for q in ctx.captured_queries]
+    # One insert each for the version, the schedule and the audit entry; nothing updates the
+    # schedule afterwards.
+    assert sum(s.startswith('INSERT INTO "schedules_schedule"') for s in sql) == 1
+    assert not any(s.startswith('UPDATE "schedules_schedule"') for s in sql)
+    assert not any("pg_notify" in s for s in sql)  # due in months: the scanners' polling finds it
