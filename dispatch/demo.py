@@ -99,6 +99,9 @@ class EchoTarget:
         self.thread.start()
         return self
 
-    def stop(self) -> None:
-        self.server.shutdown()
+    def stop(self, timeout: float = 2.0) -> None:
+        # shutdown() waits for the serving loop without a limit; it is asked on a thread of its own
+        # so that a loop that does not answer cannot hold quickstart's exit.
+        threading.Thread(target=self.server.shutdown, name="demo-target-stop", daemon=True).start()
+        self.thread.join(timeout)
         self.server.server_close()

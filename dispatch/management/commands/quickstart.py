@@ -9,6 +9,8 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -106,12 +108,36 @@ class Command(LoopCommand):
             run_worker(default_worker_id(), stop=self.stop, concurrency=16)
         finally:
             self.stop.set()
+            exit_if_stuck(STOP_DEADLINE_SECONDS, web)
             if web:
                 stop_web(web)
             self.loops.join(timeout=settings.SCHEDULER_SHUTDOWN_GRACE_SECONDS + 2)
             if self.echo:
                 self.echo.stop()
             self.stdout.write("quickstart stopped\n")
+
+
+# Ctrl-C must always end quickstart and free its ports: whatever still runs this long after the
+# stop began (a thread in a call that does not return) is not waited for.
+STOP_DEADLINE_SECONDS = 12.0
+
+
+def exit_if_stuck(seconds: float, web: subprocess.Popen | None) -> threading.Thread:
+    """A daemon thread that, `seconds` after the stop began, kills the web server if it is still
+    there and ends the process (status 1), so that a stuck thread or an exit handler waiting on
+    one cannot keep quickstart and its ports alive."""
+
+    def watchdog():
+        time.sleep(seconds)
+        sys.stderr.write(f"quickstart did not stop within {seconds:.0f} s; exiting now\n")
+        sys.stderr.flush()
+        if web is not None and web.poll() is None:
+            web.kill()
+        os._exit(1)
+
+    t = threading.Thread(target=watchdog, name="stop-watchdog", daemon=True)
+    t.start()
+    return t
 
 
 def stop_web(web: subprocess.Popen) -> None:
