@@ -9,7 +9,7 @@
 3. pytest on the embedded SQLite database (SCHEDULER_TEST_DATABASE=sqlite): every test but those
    marked postgresql_only and the fault suite (tests/README.md says which and why).
 
-The exit status is non-zero if either pass fails. Plain `pytest` runs pass 2 alone.
+The exit status is non-zero if either pass fails. Plain `pytest` runs pass 1 alone (PostgreSQL).
 """
 
 import os

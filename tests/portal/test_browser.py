@@ -158,7 +158,11 @@ def test_an_operator_pauses_and_resumes_a_schedule(live_server, page):
     page.get_by_role("link", name="Schedules", exact=True).click()
     page.get_by_role("link", name="nightly-report").click()
     page.get_by_role("heading", name="nightly-report", level=1).wait_for()
-    page.get_by_role("button", name="Pause").click()
+    page.get_by_role("button", name="Pause…").click()
+    # Pausing cancels runs that have not started: it asks first, and nothing changes until then.
+    page.get_by_role("alertdialog").get_by_text("runs that have not started yet are canceled").wait_for()
+    assert Schedule.objects.get(id=data["report"].id).enabled
+    page.get_by_role("button", name="Yes, pause it").click()
     page.get_by_test_id("schedule-status").filter(has_text="paused").wait_for()
     assert not Schedule.objects.get(id=data["report"].id).enabled
     page.get_by_role("button", name="Resume").click()
@@ -181,7 +185,8 @@ def test_an_operator_reviews_and_bulk_retries_the_dead_letter_queue(live_server,
     assert page.get_by_test_id("confirm-count").inner_text() == "3"
     assert Run.objects.filter(state=RunState.DEAD).count() == 6  # nothing done before the confirmation
     page.get_by_role("button", name="Yes, retry 3 runs").click()
-    page.get_by_text("Retried 3 run(s).").wait_for()
+    page.get_by_text("Retried 3 runs.").wait_for()
+    assert "error=HTTP" in page.url  # back on the queue as it was filtered
     assert Run.objects.filter(state=RunState.DEAD).count() == 3
 
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from django.utils.html import escape, format_html
+from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from dispatch.models import ALL_TENANTS, LAG_BOUNDS, ActivityMinute
@@ -132,8 +132,8 @@ def series(tenant_ids, now: datetime, name: str = DEFAULT_RANGE) -> Series:
 
 # --- drawing ---------------------------------------------------------------------------------
 
-W, H = 720, 180
-LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 24
+W, H = 480, 190
+LEFT, RIGHT, TOP, BOTTOM = 46, 6, 10, 24
 
 
 def _nice_max(value: float) -> float:
@@ -147,17 +147,23 @@ def _nice_max(value: float) -> float:
 
 
 def _x_labels(s: Series, tz, plot_w: float) -> str:
+    """Four or five time labels under the bars; the first and last kept inside the chart."""
     out = []
     n = len(s.points)
-    ticks = 6
+    ticks = 4
     for k in range(ticks + 1):
         i = round(k * (n - 1) / ticks)
         p = s.points[i]
         x = LEFT + (i + 0.5) * plot_w / n
         text = format_in(p.start, tz, "short")
         text = text[11:] if s.name == "hour" else text[5:]
-        out.append(format_html('<text class="axis" x="{}" y="{}" text-anchor="middle">{}</text>',
-                               f"{x:.1f}", H - 6, text))
+        anchor = "start" if k == 0 else ("end" if k == ticks else "middle")
+        if k == 0:
+            x = LEFT
+        elif k == ticks:
+            x = W - RIGHT
+        out.append(format_html('<text class="axis" x="{}" y="{}" text-anchor="{}">{}</text>',
+                               f"{x:.1f}", H - 6, anchor, text))
     return "".join(out)
 
 
@@ -168,7 +174,7 @@ def outcome_chart(s: Series, tz) -> str:
     n = len(s.points)
     bw = plot_w / n
     parts = [format_html(
-        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-labelledby="{}-t {}-d" preserveAspectRatio="none">'
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-labelledby="{}-t {}-d">'
         '<title id="{}-t">Attempts {}, last {}</title><desc id="{}-d">{} succeeded, {} failed, {} unknown</desc>',
         W, H, f"oc-{s.name}", f"oc-{s.name}", f"oc-{s.name}", s.bucket_label, s.name, f"oc-{s.name}",
         s.succeeded, s.failed, s.unknown)]
@@ -201,7 +207,7 @@ def _count(v: float) -> str:
     return f"{v:,.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
 
 
-LAG_TICKS = (0.1, 1, 10, 60, 600, 3600)
+LAG_TICKS = ((0.1, "100ms"), (1, "1s"), (10, "10s"), (60, "1min"), (600, "10min"), (3600, "1h"))
 
 
 def lag_chart(s: Series, tz) -> str:
@@ -215,17 +221,16 @@ def lag_chart(s: Series, tz) -> str:
         return TOP + plot_h * (1 - (math.log10(v) - lo) / (hi - lo))
 
     parts = [format_html(
-        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-labelledby="{}-t {}-d" preserveAspectRatio="none">'
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-labelledby="{}-t {}-d">'
         '<title id="{}-t">Start lag p50 and p99, {}, last {}</title><desc id="{}-d">over {} starts: p50 at most {}, '
         'p99 at most {}</desc>',
         W, H, f"lag-{s.name}", f"lag-{s.name}", f"lag-{s.name}", s.bucket_label, s.name, f"lag-{s.name}",
         s.starts, duration(s.p50), duration(s.p99))]
-    for t in LAG_TICKS:
+    for t, label in LAG_TICKS:
         y = y_of(t)
         parts.append(format_html('<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
                                  '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
-                                 LEFT, W - RIGHT, f"{y:.1f}", f"{y:.1f}", LEFT - 4, f"{y + 4:.1f}",
-                                 duration(t).replace(" ", "")))
+                                 LEFT, W - RIGHT, f"{y:.1f}", f"{y:.1f}", LEFT - 4, f"{y + 4:.1f}", label))
     for cls, attr in (("p99", "p99"), ("p50", "p50")):
         segments, current = [], []
         for i, p in enumerate(s.points):
@@ -268,6 +273,7 @@ def sparkline(outcomes: list, tz, *, slots: int = 50) -> str:
     parts = [format_html('<svg class="spark" viewBox="0 0 {} {}" role="img" aria-label="{}">', SPARK_W, SPARK_H,
                          f"last {len(shown)} attempts: {summary}")]
     offset = slots - len(shown)
+    parts.append(format_html('<rect class="track" x="0" y="{}" width="{}" height="1"/>', SPARK_H - 1, SPARK_W))
     for i, (at, code, latency) in enumerate(shown):
         h = SPARK_H * (0.35 + 0.65 * (latency / slowest)) if latency and code == "s" else SPARK_H
         x = (offset + i) * bw
@@ -278,6 +284,3 @@ def sparkline(outcomes: list, tz, *, slots: int = 50) -> str:
     parts.append("</svg>")
     return mark_safe("".join(parts))
 
-
-def escape_text(text: str) -> str:
-    return escape(text)

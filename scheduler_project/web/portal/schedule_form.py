@@ -94,7 +94,7 @@ def parse_form(post) -> tuple[dict, dict]:
     given: dict = {}
     errors: dict = {}
     for name in ("name", "expression", "time_zone", "target_url"):
-        given[name] = _text(post, name, 2000).strip()
+        given[name] = _text(post, name, 2000).strip().replace("\r\n", "\n")
     for name, choices in CHOICES.items():
         value = _text(post, name, 32) or VERSIONED_DEFAULTS[name]
         if value not in choices:
@@ -182,8 +182,8 @@ def _preview_context(values: dict) -> dict:
 def expression_preview(request):
     """The preview panel alone (GET, from the form's fields): 400 with the engine's message for an
     expression it refuses or cannot evaluate within its budget."""
-    values = {name: _text(request.GET, name, 2000) for name in ("expression", "time_zone", "dst_skipped",
-                                                                 "dst_repeated")}
+    values = {name: _text(request.GET, name, 2000).replace("\r\n", "\n")
+              for name in ("expression", "time_zone", "dst_skipped", "dst_repeated")}
     values["start_at"] = parse_when(_text(request.GET, "start_at", 64))
     ctx = _preview_context(values)
     return render_view(request, "schedules/form.html", {"v": values, **ctx}, partial="preview",

@@ -66,7 +66,9 @@ def plural(n, word, many=None):
 def percent(value):
     if not isinstance(value, (int, float)):
         return "—"
-    return f"{value * 100:.1f} %" if value < 0.999 else f"{value * 100:.0f} %"
+    if value in (0, 1):
+        return f"{value * 100:.0f} %"
+    return f"{value * 100:.1f} %"
 
 
 @register.filter
