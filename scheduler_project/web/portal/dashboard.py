@@ -5,7 +5,8 @@ off while nothing changes."""
 from django.shortcuts import render
 from django_htmx.http import HttpResponseStopPolling
 
-from runs import stats
+from runs import retention, stats
+from runs.models import RetentionPolicy
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
 from scheduler_project.web.portal import charts
 from scheduler_project.web.portal.display import TimePrefs
@@ -19,6 +20,21 @@ STOP_AFTER_IDLE = 35
 
 def _interval(idle: int) -> int:
     return INTERVALS[min(idle, len(INTERVALS) - 1)]
+
+
+# Tenants with their own retention listed on an operator's dashboard (the rest keep the defaults).
+RETENTION_OWN_SHOWN = 50
+
+
+def _retention(tenant_ids, operator: bool):
+    """What is kept and when the next removal is due (templates/runs/_retention.html), for the
+    viewer's tenants: an operator sees the defaults, the tenants with their own policy and the
+    storage figures; a tenant user the policy of their own tenants. Computed on page load only,
+    not on each poll (runs.retention.status: a few catalog queries whatever the history's size)."""
+    if operator:
+        tenant_ids = list(RetentionPolicy.objects.order_by("tenant_id")
+                          .values_list("tenant_id", flat=True)[:RETENTION_OWN_SHOWN])
+    return retention.status(tenant_ids=tenant_ids)
 
 
 def _figures(ctx, tenant_ids, request):
@@ -58,4 +74,5 @@ def dashboard(request):
         # The range switch: the figures and a poller that keeps the new range.
         ctx["oob"] = True
         return render(request, "runs/dashboard.html#update", ctx)
+    ctx["retention"] = _retention(tenant_ids, ctx["is_operator"])
     return render(request, "runs/dashboard.html", ctx)

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from runs import retention
 from scheduler_project.web.access import (actor_for, can, get_scoped, has_operator_permission, is_operator,
                                           member_role, operator_only, portal_view, require, visible_tenants)
 from scheduler_project.web.portal.common import Confirm, call_service, confirm_response, confirmed, render_view
@@ -63,7 +64,9 @@ def _no_store(response):
 @portal_view
 def tenant_detail(request, pk):
     tenant = _tenant(request, pk)
-    ctx = _context(request, tenant)
+    # How long this tenant's history is kept and when the next removal is due (its own policy or
+    # the defaults); the full page only, not the key fragment.
+    ctx = _context(request, tenant, retention=retention.status(tenant_ids=[tenant.id]))
     return _no_store(render_view(request, "tenants/detail.html", ctx, partial="keys"))
 
 
