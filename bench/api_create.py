@@ -2,17 +2,22 @@
 key, the tenant's allowlist, the audit log), as a load test from outside would.
 
     .venv/bin/python bench/api_create.py [--creates 3000] [--gunicorn-workers 2] [--threads 8] [--repeats 3]
+    .venv/bin/python bench/api_create.py --bulk 1000 --creates 500000 --threads 2 --repeats 1
 
 Per repeat: N `POST /api/v1/schedules` (one-time `at(...)` schedules) from client threads with
 keep-alive sessions, on the same machine as gunicorn and PostgreSQL (the client's CPU counts
-against the same 2 cores). The per-key rate limit is raised for the run
+against the same 2 cores). With `--bulk K`, the same N schedules go as N/K
+`POST /api/v1/schedules/batch` requests of K items each (`rate(1 day)` rules with their own
+anchors, as a fleet being loaded would send them). The per-key rate limit is raised for the run
 (SCHEDULER_API_RATE_LIMIT_PER_MINUTE; the shipped 600 per minute would cap it at 10/s). Prints
-creates/s and the p50/p99 request time; every answer must be 201.
+schedules created per second and the p50/p99 request time; every answer must be 201 (every item
+201 in a batch), and the database must hold every schedule.
 
 Database: scheduler_bench_api (dropped and made again).
 """
 
 import argparse
+import os
 import signal
 import socket
 import subprocess
@@ -52,6 +57,8 @@ def one_run(args, url, key, tag):
         with lock:
             times.extend(mine)
 
+    if args.bulk:
+        return bulk_run(args, url, key, tag)
     per = args.creates // args.threads
     threads = [threading.Thread(target=client, args=(per, t)) for t in range(args.threads)]
     t0 = time.perf_counter()
@@ -65,12 +72,57 @@ def one_run(args, url, key, tag):
             "p50": C.percentile(times, 50), "p99": C.percentile(times, 99)}
 
 
+def bulk_run(args, url, key, tag):
+    """N schedules in requests of args.bulk items to /schedules/batch, from args.threads clients."""
+    import json
+
+    import requests
+
+    codes, times, lock = {}, [], threading.Lock()
+    requests_total = args.creates // args.bulk
+    per = requests_total // args.threads
+
+    def client(t):
+        s = requests.Session()
+        s.headers["Authorization"] = "Bearer " + key
+        s.headers["Content-Type"] = "application/json"
+        mine = []
+        for i in range(per):
+            items = [{"expression": "rate(1 day)", "timeZone": "UTC", "target": {"url": "http://127.0.0.1:9/run"},
+                      "name": f"{tag}-{t}-{i}-{j}"} for j in range(args.bulk)]
+            body = json.dumps({"schedules": items})
+            t0 = time.perf_counter()
+            r = s.post(url + "/api/v1/schedules/batch", data=body)
+            mine.append(time.perf_counter() - t0)
+            got = r.json() if r.status_code in (201, 207) else {}
+            with lock:
+                codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                if r.status_code not in (201, 207):
+                    codes.setdefault("first error", r.text[:300])
+                codes["items created"] = codes.get("items created", 0) + got.get("created", 0)
+        with lock:
+            times.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in range(args.threads)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    n = per * args.threads * args.bulk
+    created = codes.pop("items created", 0)
+    return {"n": n, "wall": wall, "rate": created / wall, "codes": codes, "created": created,
+            "p50": C.percentile(times, 50), "p99": C.percentile(times, 99)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--creates", type=int, default=3000)
     ap.add_argument("--gunicorn-workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=8, help="client threads, each with a keep-alive session")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--bulk", type=int, default=0, help="items per POST /schedules/batch (0: single creates)")
     ap.add_argument("--database", default="scheduler_bench_api")
     args = ap.parse_args()
 
@@ -81,7 +133,8 @@ def main():
     tenant = create_tenant("bench-api", allow_targets=["http://127.0.0.1:9/"])
     _, key = create_api_key(tenant, label="bench")
     port = free_port()
-    env = C.bench_env(args.database, SCHEDULER_API_RATE_LIMIT_PER_MINUTE=10_000_000)
+    env = C.bench_env(args.database, SCHEDULER_API_RATE_LIMIT_PER_MINUTE=10_000_000,
+                         SCHEDULER_MAX_SCHEDULES_PER_TENANT=0)
     gunicorn = subprocess.Popen(
         [str(C.PYTHON.parent / "gunicorn"), "scheduler_project.wsgi", "--bind", f"127.0.0.1:{port}",
          "--workers", str(args.gunicorn_workers), "--log-level", "warning"], cwd=C.CODE, env=env)
@@ -93,24 +146,27 @@ def main():
             try:
                 if requests.get(url + "/healthz", timeout=1).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except requests.RequestException:
                 pass
             time.sleep(0.1)
         results = []
         for rep in range(args.repeats):
             r = one_run(args, url, key, f"r{rep}")
             results.append(r)
-            print(f"  [#{rep + 1}] {r['n']} creates in {r['wall']:.1f}s: {r['rate']:.0f}/s, request p50 "
+            print(f"  [#{rep + 1}] {r['n']} {'schedules in batches of ' + str(args.bulk) if args.bulk else 'creates'} in {r['wall']:.1f}s: {r['rate']:.0f}/s, request p50 "
                   f"{r['p50'] * 1000:.1f} ms p99 {r['p99'] * 1000:.1f} ms, answers {r['codes']}", flush=True)
-        ok = all(set(r["codes"]) == {201} for r in results)
+        ok = all(set(r["codes"]) == {201} for r in results) and all(r.get("created", r["n"]) == r["n"] for r in results)
         made = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
-        print(f"\napi create: {args.creates} schedules per repeat through gunicorn ({args.gunicorn_workers} workers), "
-              f"{args.threads} client threads on the same machine, median of {args.repeats}:")
-        print(f"  creates/s     {C.spread([r['rate'] for r in results], 0)}")
+        ok = ok and made == sum(r["n"] for r in results)
+        how = f"batches of {args.bulk} (POST /api/v1/schedules/batch)" if args.bulk else "single creates"
+        print(f"\napi create: {args.creates} schedules per repeat in {how} through gunicorn "
+              f"({args.gunicorn_workers} workers), {args.threads} client threads on the same machine, median of {args.repeats}:")
+        print(f"  schedules/s   {C.spread([r['rate'] for r in results], 0)}")
         print(f"  request p50   {C.spread([r['p50'] * 1000 for r in results], 1, ' ms')}")
         print(f"  request p99   {C.spread([r['p99'] * 1000 for r in results], 1, ' ms')}")
         print(f"  check         {'OK: every answer 201' if ok else 'NOT every answer was 201'}, "
-              f"{made} schedules in the database")
+              f"{made} schedules in the database (of {sum(r['n'] for r in results)} sent); load "
+              + "/".join(f"{x:.2f}" for x in os.getloadavg()))
     finally:
         gunicorn.send_signal(signal.SIGTERM)
         gunicorn.wait(30)

@@ -122,17 +122,19 @@ def check_quotas(tenant: Tenant, *, sub_minute: bool, schedule: Schedule | None)
     """A new schedule (`schedule` None) must fit the tenant's schedule quota, and a rule that
     becomes sub-minute its sub-minute quota; both count the tenant's schedules that are not
     archived (archiving frees a place). 0 in the settings means no quota."""
+    limit = _quota(tenant, tenant.max_schedules, settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT)
+    sub_limit = _quota(tenant, tenant.max_subminute_schedules, settings.SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT)
+    if not (limit and schedule is None) and not (sub_limit and sub_minute):
+        return  # no quota applies: no query (and none built: a batch validates up to 1,000 items)
     live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
     checks = []
     if schedule is None:
-        limit = _quota(tenant, tenant.max_schedules, settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT)
         checks.append((live, limit, "body",
                        f"this tenant has {limit} schedules, its quota; archive (DELETE) schedules it no longer "
                        "needs, or ask an operator to raise the quota"))
     if sub_minute and (schedule is None or not schedule.current.sub_minute):
-        limit = _quota(tenant, tenant.max_subminute_schedules, settings.SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT)
-        checks.append((live.filter(current__sub_minute=True), limit, "expression",
-                       f"this rule fires more than once a minute, and this tenant already has {limit} such "
+        checks.append((live.filter(current__sub_minute=True), sub_limit, "expression",
+                       f"this rule fires more than once a minute, and this tenant already has {sub_limit} such "
                        "schedules, its quota for them; use a slower rule, or ask an operator to raise the quota"))
     for qs, limit, field, message in checks:
         if not limit:

@@ -45,6 +45,13 @@ def _owned(keys, worker_id=None):
 
 
 class PortableStore(PortableHistory):
+    # --- new rows in bulk (schedule creation) ----------------------------------------------------
+
+    def insert_new(self, model, objs: list, *, need_ids: bool = False) -> None:
+        """Insert new, unsaved instances of one model, all at once; with `need_ids`, an
+        auto-numbered primary key is set on each instance (the caller points other rows at it)."""
+        model.objects.bulk_create(objs)
+
     # --- events ----------------------------------------------------------------------------------
 
     def insert_events(self, events: list[Event], *, now: datetime) -> None:

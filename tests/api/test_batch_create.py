@@ -50,12 +50,14 @@ def test_refused_items_get_the_single_creates_answer_and_the_others_are_created(
         schedule_body(target, timeZone="Mars/Olympus"),  # the service refuses it
         {**schedule_body(target), "target": {"url": "http://elsewhere.example/hook"}},  # not on the allowlist
         {"expression": "*/5 * * * *"},  # the serializer refuses it
+        [schedule_body(target)],  # not an object
+        {**schedule_body(target), "colour": "red"},  # an unknown field
         schedule_body(target, payload={"x": "y" * 70_000}),  # over the payload limit
     ]
     resp = batch(api, items)
     assert resp.status_code == 207
     results = resp.json()["results"]
-    assert [r["status"] for r in results] == [201, 400, 400, 400, 413]
+    assert [r["status"] for r in results] == [201, 400, 400, 400, 400, 400, 413]
     for item, r in zip(items[1:], results[1:]):
         single = api.post("/api/v1/schedules", item, format="json")
         assert (r["status"], {k: v for k, v in r.items() if k not in ("index", "status")}) == (

@@ -22,7 +22,7 @@ from runs import schedule_changes
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.api.errors import exception_handler
-from scheduler_project.web.api.schedule_serializers import ScheduleIn, StrictSerializer, to_fields
+from scheduler_project.web.api.schedule_serializers import StrictSerializer, to_fields, validate_schedule
 from scheduler_project.web.api.schedules import BODY_ERRORS, IDEMPOTENCY_PARAM, actor, error_responses
 from schedules.idempotency import idempotent
 
@@ -86,12 +86,13 @@ class ScheduleBatchView(APIView):
             results: list = [None] * len(items)
             given = []
             for index, item in enumerate(items):
-                one = ScheduleIn(data=item)
-                if not one.is_valid():
-                    results[index] = _refused(exceptions.ValidationError(one.errors), index)
+                try:
+                    data = validate_schedule(item)  # as a single create checks its body
+                except exceptions.ValidationError as exc:
+                    results[index] = _refused(exc, index)
                     continue
-                fields = to_fields(one.validated_data)
-                fields["enabled"] = one.validated_data.get("enabled", True)
+                fields = to_fields(data)
+                fields["enabled"] = data.get("enabled", True)
                 given.append((index, fields))
             made = schedule_changes.create_schedules(request.user.tenant, [f for _, f in given], by=actor(request),
                                                      now=db_now()) if given else []

@@ -44,6 +44,7 @@ from scheduler_project.web.api.schedule_serializers import (
     occurrence_json,
     schedule_json,
     to_fields,
+    validate_schedule,
 )
 from schedules.occurrences import upcoming
 from schedules.services import Actor, rule_for
@@ -209,13 +210,12 @@ class ScheduleListView(ApiView):
     )
     def post(self, request):
         def create():
-            body = ScheduleIn(data=request.data)
-            body.is_valid(raise_exception=True)
+            data = validate_schedule(request.data)
             schedule = schedule_changes.create_schedule(
                 request.user.tenant,
-                to_fields(body.validated_data),
+                to_fields(data),
                 by=actor(request),
-                enabled=body.validated_data.get("enabled", True),
+                enabled=data.get("enabled", True),
                 now=db_now(),
             )
             return Response(schedule_json(schedule), status=201)
