@@ -1,4 +1,4 @@
-"""Run the issue-7 benchmarks one after another (never two at once: they share 2 cores) and keep
+"""Run the benchmarks (issues 7 and 15) one after another (never two at once: they share 2 cores) and keep
 each one's output in bench/out/<name>.txt.
 
     .venv/bin/python bench/run_all.py            # the full forms (about an hour on 2 cores)
@@ -27,6 +27,15 @@ PLAN = {
     "fairness": ("fairness", [], ["--big", "10000", "--repeats", "1"]),
     "peers": ("peers", [], ["--jobs", "5000", "--rounds", "1"]),
     "api_create": ("api_create", [], ["--creates", "800", "--repeats", "1"]),
+    # Issue 15: creating through the batch endpoint, the scanner over 10 million schedules, a long
+    # history against an empty one, and retention under a steady 278 runs/s.
+    "api_bulk": ("api_create", ["--bulk", "1000", "--creates", "500000", "--threads", "2", "--repeats", "1"],
+                 ["--bulk", "1000", "--creates", "20000", "--threads", "2", "--repeats", "1"]),
+    "scanner_10m": ("scanner", ["--schedules", "10000000", "--due-repeats", "2"],
+                    ["--schedules", "1000000", "--repeats", "10", "--due-repeats", "1"]),
+    "history": ("history", [], ["--runs", "1000000", "--days", "7", "--repeats", "1", "--burst", "20000",
+                                "--burst-repeats", "1"]),
+    "retention_load": ("retention_load", [], ["--minutes", "8", "--day", "30", "--keep-days", "3"]),
 }
 
 
