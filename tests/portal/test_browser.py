@@ -2,16 +2,22 @@
 as an operator and as a tenant user would use it. These tests also write the screenshots in
 docs/screenshots/ that the README shows."""
 
+import math
 import os
+import random
 import re
 import tempfile
 from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
 
-from runs.models import Attempt, AttemptOutcome, Run, RunState
+from dispatch.activity import lag_bucket, minute_of
+from dispatch.models import ALL_TENANTS, LAG_BOUNDS, ActivityMinute, ScheduleActivity
+from runs.models import Attempt, AttemptOutcome, Occurrence, Run, RunState
+from scheduler_project.dbclock import db_now
 from schedules.models import Schedule, TenantMembership
 from schedules.tenants import create_tenant
 from scheduler_project.web.access import ROLE_OPERATOR, role
@@ -80,23 +86,25 @@ def seed():
     tps = make_schedule(initech, "https://tps.initech.example/cover-sheets", name="tps-reports",
                         expression="0 9 * * MON-FRI", tz="America/Chicago")
     for i in range(14):
-        run = make_run([report, invoices, sync, tps][i % 4], RunState.SUCCEEDED, age=timedelta(minutes=3 * i))
+        run = make_run([report, invoices, sync, tps][i % 4], RunState.SUCCEEDED, age=timedelta(minutes=3 * i + 1))
         Attempt.objects.filter(run=run).update(started_at=run.scheduled_time + timedelta(milliseconds=300 + 170 * i))
+    # Runs end when their last attempt did (make_run ends them now), some minutes ago.
     for i in range(3):
-        make_run(invoices, RunState.DEAD, error="HTTP 503 from target: Service Unavailable",
-                 excerpt='{"error": "upstream ledger is in maintenance", "retry_after": 600}', http_status=503)
-    make_run(sync, RunState.DEAD, error="ConnectTimeout: no connection to hooks.globex.example:443 within 10 s",
-             http_status=None, excerpt="")
-    make_run(tps, RunState.DEAD, outcome=AttemptOutcome.UNKNOWN, http_status=None, excerpt="",
-             error="lease expired while worker-b:7 held it: outcome unknown")
+        ended(make_run(invoices, RunState.DEAD, error="HTTP 503 from target: Service Unavailable",
+                       excerpt='{"error": "upstream ledger is in maintenance", "retry_after": 600}', http_status=503,
+                       age=timedelta(minutes=21 + 6 * i)))
+    ended(make_run(sync, RunState.DEAD, error="ConnectTimeout: no connection to hooks.globex.example:443 within 10 s",
+                   http_status=None, excerpt="", age=timedelta(minutes=9)))
+    ended(make_run(tps, RunState.DEAD, outcome=AttemptOutcome.UNKNOWN, http_status=None, excerpt="",
+                   error="lease expired while worker-b:7 held it: outcome unknown", age=timedelta(minutes=26)))
     for _ in range(2):
-        make_run(sync, RunState.LEASED)
+        make_run(sync, RunState.LEASED, age=timedelta(seconds=30))
     make_run(tps, RunState.READY, age=timedelta(minutes=4))
     make_run(report, RunState.READY, age=timedelta(seconds=40))
     make_run(report, RunState.CANCELED)
     make_run(tps, RunState.SKIPPED)
     # The run the operator will find: dead after three failed attempts, each with its evidence.
-    dead = make_run(report, RunState.DEAD, error="HTTP 500 from target", http_status=500,
+    dead = make_run(report, RunState.DEAD, error="HTTP 500 from target", http_status=500, age=timedelta(minutes=14),
                     excerpt='{"error": "report generator crashed", "detail": "division by zero in totals.py:88"}')
     first = Attempt.objects.get(run=dead)
     for gen, (status, cls, err, ms) in enumerate([
@@ -112,11 +120,65 @@ def seed():
         )
     Run.objects.filter(id=dead.id).update(generation=3, attempts_used=3, last_error="HTTP 502 from target",
                                           finished_at=first.started_at + timedelta(seconds=62))
+    # The rule's wall time of its (moved) instant, as the run page shows it beside the instant.
+    wall = dead.scheduled_time.astimezone(ZoneInfo(dead.occurrence.time_zone))
+    Occurrence.objects.filter(id=dead.occurrence_id).update(local_wall_time=wall.strftime("%Y-%m-%dT%H:%M:%S"),
+                                                            local_time=wall.isoformat())
+    seed_activity([acme, globex, initech], {report: "f", invoices: "f", sync: "u", tps: "s"})
     staff = User.objects.create_user("olga", password="pw-olga-123", is_staff=True)
     staff.groups.add(role(ROLE_OPERATOR))
     alice = User.objects.create_user("alice", password="pw-alice-123")
     TenantMembership.objects.create(user=alice, tenant=acme)
     return {"dead": dead, "report": report, "globex_run": Run.objects.filter(schedule=sync).first(), "staff": staff}
+
+
+def ended(run):
+    Run.objects.filter(id=run.id).update(finished_at=Attempt.objects.filter(run=run).latest("generation").finished_at)
+
+
+def seed_activity(tenants, schedules):
+    """The last hour of activity as the activity loop (dispatch.activity) would have folded it: a
+    row per minute per tenant and for all tenants together, with a target outage about 35 minutes
+    ago (failures and slow starts); and each schedule's summary row (its last 50 attempts), whose
+    last outcome is the one given. Written directly, as fixtures; the loop itself has its own tests."""
+    rnd = random.Random(14)
+    now = minute_of(db_now())
+    rows, totals = [], {}
+    for back in range(60, -1, -1):
+        minute = now - timedelta(minutes=back)
+        outage = 33 <= back <= 38
+        for share, tenant in zip((0.5, 0.3, 0.2), tenants):
+            ok = round((40 + 15 * math.sin(back / 9) + rnd.randint(-4, 4)) * share)
+            failed = round((rnd.randint(9, 14) if outage else rnd.choice((0, 0, 0, 1))) * share * 2)
+            unknown = 1 if tenant is tenants[1] and back in (12, 47) else 0
+            lag = [0] * (len(LAG_BOUNDS) + 1)
+            for _ in range(ok + failed):
+                seconds = rnd.uniform(4, 25) if outage and rnd.random() < 0.4 else rnd.lognormvariate(-1.6, 0.7)
+                lag[lag_bucket(seconds)] += 1
+            rows.append(ActivityMinute(tenant_id=tenant.id, minute=minute, succeeded=ok, failed=failed,
+                                       unknown=unknown, lag_counts=lag, latency_ms_sum=(ok + failed) * 180,
+                                       latency_count=ok + failed))
+            t = totals.setdefault(minute, [0, 0, 0, [0] * len(lag)])
+            t[0], t[1], t[2] = t[0] + ok, t[1] + failed, t[2] + unknown
+            t[3] = [a + b for a, b in zip(t[3], lag)]
+    rows += [ActivityMinute(tenant_id=ALL_TENANTS, minute=m, succeeded=ok, failed=failed, unknown=unknown,
+                            lag_counts=lag, latency_ms_sum=(ok + failed) * 180, latency_count=ok + failed)
+             for m, (ok, failed, unknown, lag) in totals.items()]
+    ActivityMinute.objects.bulk_create(rows)
+    for schedule, last in schedules.items():
+        recent = []
+        for k in range(50):
+            at = now - timedelta(minutes=15 * (50 - k))
+            code = last if k == 49 else ("f" if rnd.random() < 0.08 else "s")
+            recent.append([at.timestamp(), code, None if code == "u" else rnd.randint(90, 900)])
+        successes = [r for r in recent if r[1] == "s"]
+        ScheduleActivity.objects.create(
+            schedule_id=schedule.id, tenant_id=schedule.tenant_id, succeeded=len(successes),
+            failed=50 - len(successes), last_finished_at=now, last_outcome={"s": "succeeded", "f": "failed",
+                                                                           "u": "unknown"}[last],
+            last_http_status={"s": 200, "f": 503, "u": None}[last],
+            last_error={"s": "", "f": "HTTP 503 from target", "u": "lease expired: outcome unknown"}[last],
+            last_success_at=now - timedelta(minutes=15) if last != "s" else now, recent=recent)
 
 
 def log_in(page, base, username, password):

@@ -116,3 +116,15 @@ def test_a_bad_backfill_range_says_what_is_wrong(operator, schedule):
     assert "must be after" in r.content.decode()
     r = operator.post(url, {"start": "", "end": ""}, **HX)
     assert r.status_code == 400
+
+
+def test_the_expression_preview_answers_its_panel_even_when_opened_directly(acme):
+    query = {"expression": "30 2 25-31 3 *", "time_zone": "Europe/Berlin", "dst_skipped": "next_valid",
+             "dst_repeated": "earlier"}
+    for headers in ({}, HX):  # htmx asks for it; a person may open the address (it was a 500)
+        resp = acme.get(reverse("schedules-preview"), query, **headers)
+        assert resp.status_code == 200
+        html = resp.content.decode()
+        assert html.lstrip().startswith('<section id="preview"') and "will fire at 03:00" in html
+    resp = acme.get(reverse("schedules-preview"), {**query, "expression": "30 2 32 3 *"})
+    assert resp.status_code == 400 and 'data-testid="preview-error"' in resp.content.decode()

@@ -152,7 +152,7 @@ def _x_labels(s: Series, tz, plot_w: float) -> str:
     n = len(s.points)
     ticks = 4
     for k in range(ticks + 1):
-        i = round(k * (n - 1) / ticks)
+        i = min(n - 1, k * n // ticks)  # whole quarters of the range (:00, :15, :30, :45), then the last
         p = s.points[i]
         x = LEFT + (i + 0.5) * plot_w / n
         text = format_in(p.start, tz, "short")

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 
 from runs import schedule_changes
 from scheduler_project.dbclock import db_now
@@ -186,8 +186,10 @@ def expression_preview(request):
               for name in ("expression", "time_zone", "dst_skipped", "dst_repeated")}
     values["start_at"] = parse_when(_text(request.GET, "start_at", 64))
     ctx = _preview_context(values)
-    return render_view(request, "schedules/form.html", {"v": values, **ctx}, partial="preview",
-                       status=400 if ctx["preview_error"] else 200)
+    # Always the panel alone: it is the form's fragment, not a page (opened directly, the whole
+    # form would have no schedule or tenant to render).
+    return render(request, "schedules/form.html#preview", {"v": values, **ctx},
+                  status=400 if ctx["preview_error"] else 200)
 
 
 def _operable_tenants(request):
@@ -245,7 +247,8 @@ def schedule_create(request):
 
 
 def _prefixes(tenants) -> dict:
-    return {str(t.id): [p.prefix for p in t.targets.all()] for t in tenants}
+    """{tenant slug: its allowed prefixes}, for the URL field's suggestions and the text under it."""
+    return {t.slug: [p.prefix for p in t.targets.all()] for t in tenants}
 
 
 @portal_view
