@@ -31,11 +31,12 @@ PLAN = {
     # history against an empty one, and retention under a steady 278 runs/s.
     "api_bulk": ("api_create", ["--bulk", "1000", "--creates", "500000", "--threads", "2", "--repeats", "1"],
                  ["--bulk", "1000", "--creates", "20000", "--threads", "2", "--repeats", "1"]),
-    "scanner_10m": ("scanner", ["--schedules", "10000000", "--due-repeats", "2"],
+    "scanner_10m": ("scanner", ["--schedules", "10000000", "--due-repeats", "2", "--period", "3600"],
                     ["--schedules", "1000000", "--repeats", "10", "--due-repeats", "1"]),
     "history": ("history", [], ["--runs", "1000000", "--days", "7", "--repeats", "1", "--burst", "20000",
                                 "--burst-repeats", "1"]),
     "retention_load": ("retention_load", [], ["--minutes", "8", "--day", "30", "--keep-days", "3"]),
+    "migration_0007": ("migration_0007", [], ["--runs", "100000"]),
 }
 
 

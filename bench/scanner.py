@@ -54,11 +54,11 @@ def explain(query: str):
     return lines, exec_ms
 
 
-def reset_due(due_at_sql: str):
+def reset_due(due_at_sql: str, period: int = 60):
     """Empty the run side and make every 100th schedule due again (one occurrence each)."""
     C.truncate_runs()
     C.sql(
-        f"""UPDATE schedules_schedule SET next_run_at = {due_at_sql}, anchor_at = {due_at_sql} - interval '60 seconds',
+        f"""UPDATE schedules_schedule SET next_run_at = {due_at_sql}, anchor_at = {due_at_sql} - make_interval(secs => {period}),
                status = 'active', completed_at = NULL, last_error = ''
             WHERE name LIKE 'due-%%'""",
         fetch=False,
@@ -72,26 +72,57 @@ def main():
     ap.add_argument("--repeats", type=int, default=20, help="timed passes with none due")
     ap.add_argument("--due-repeats", type=int, default=3, help="timed drains with 1%% due")
     ap.add_argument("--batch", type=int, default=500, help="schedules per scanner transaction (SCHEDULER_SCAN_BATCH default)")
+    ap.add_argument("--period", type=int, default=60,
+                    help="the schedules' rate in seconds (whole minutes): a drain slower than this makes the due "
+                         "schedules due again (the 10,000,000 form uses 3600)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the database when it already holds --schedules schedules from an earlier run (loading "
+                         "10,000,000 takes ~15 min)")
     ap.add_argument("--database", default="scheduler_bench_scanner")
     args = ap.parse_args()
 
     print(C.machine_line(), flush=True)
-    C.setup_database(args.database)
-    from dispatch.loops import scan_step
-    from schedules.services import _rule
+    C.setup_database(args.database, fresh=not args.reuse)
 
     t0 = time.perf_counter()
+    expression = f"rate({args.period // 60} minute{'s' if args.period > 60 else ''})"
+    if args.reuse and C.sql("SELECT count(*) FROM schedules_schedule")[0][0] == args.schedules:
+        # The schedules of an earlier run of this bench: the runs go, the 1% take this run's
+        # period and are put a day ahead again, so that nothing is due.
+        C.truncate_runs()
+        C.sql("UPDATE schedules_scheduleversion SET expression = %s WHERE id IN "
+              "(SELECT current_id FROM schedules_schedule WHERE name LIKE 'due-%%')", [expression], fetch=False)
+        C.sql("UPDATE schedules_schedule SET next_run_at = date_trunc('second', now()) + interval '1 day' "
+              "WHERE name LIKE 'due-%%'", fetch=False)
+        C.vacuum_analyze("schedules_schedule", "schedules_scheduleversion")
+        due_count = C.sql("SELECT count(*) FROM schedules_schedule WHERE name LIKE 'due-%%'")[0][0]
+        print(f"reused the {args.schedules} schedules of the database ({due_count} marked for the 1% case, now "
+              f"{expression}) in {time.perf_counter() - t0:.1f}s", flush=True)
+        s = C.ScheduleSet("sc", None, args.schedules, 0)
+    else:
+        s, due_count = load(args, expression, t0)
+    run_passes(args, s, due_count)
+
+
+def load(args, expression, t0):
     tenant = C.load_tenant("scan", "http://127.0.0.1:9/")
     # n mod 100 = 0 -> the 1% that will be made due ("due-<n>"); all start a day or more ahead.
     s = C.load_schedules("sc", tenant, args.schedules, target_url="http://127.0.0.1:9/run",
+                         expression=expression,
                          next_run_at="date_trunc('second', now()) + interval '1 day' + make_interval(secs => mod(n, 86400))",
-                         anchor_at="date_trunc('second', now()) + make_interval(secs => mod(n, 86400) - 60)")
+                         anchor_at=f"date_trunc('second', now()) + make_interval(secs => mod(n, 86400) - {args.period})")
     C.sql("UPDATE schedules_schedule SET name = 'due-' || name WHERE mod(current_id, 100) = 0", fetch=False)
     C.vacuum_analyze("schedules_schedule", "schedules_scheduleversion")
     due_count = C.sql("SELECT count(*) FROM schedules_schedule WHERE name LIKE 'due-%%'")[0][0]
     size = C.sql("SELECT pg_size_pretty(pg_total_relation_size('schedules_schedule'))")[0][0]
     print(f"loaded {s.count} schedules ({due_count} marked for the 1% case) in {time.perf_counter() - t0:.1f}s; "
           f"schedules table {size} with indexes", flush=True)
+    return s, due_count
+
+
+def run_passes(args, s, due_count):
+    from dispatch.loops import scan_step
+    from schedules.services import _rule
 
     step = lambda: scan_step(batch=args.batch)  # noqa: E731
     # --- none due
@@ -117,12 +148,12 @@ def main():
     due_sql = "date_trunc('second', statement_timestamp()) - interval '1 second'"
     # The due query with 1% due, as sent by the first pass (its `now` inlined), then explained
     # while the other 99% of the due schedules are still due. Not timed.
-    reset_due(due_sql)
+    reset_due(due_sql, args.period)
     query_due, _ = capture_due_query(step)
     plan_due, exec_due = explain(query_due) if query_due else ([], None)
     drains = []
     for rep in range(args.due_repeats):
-        reset_due(due_sql)
+        reset_due(due_sql, args.period)
         _rule.cache_clear()
         batches = []
         t = time.perf_counter()
