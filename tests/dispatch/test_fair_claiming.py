@@ -55,6 +55,24 @@ def test_each_tenant_gets_an_equal_share_when_both_have_plenty(tenant, other_ten
     assert counts == {tenant.id: 25, other_tenant.id: 25}
 
 
+def test_runs_made_ahead_of_their_time_are_neither_claimed_nor_in_the_way(tenant, other_tenant, target):
+    # The look-ahead makes runs ready before their time; a tenant with only such runs must not
+    # take a share of the batch, and another tenant's due runs behind them are all claimed
+    # (with and without caps in play: the two claim statements).
+    backlog(tenant, target.url, 2, 10)
+    backlog(other_tenant, target.url, 1, 5)
+    Run.objects.filter(tenant=tenant).update(next_eligible_at=db_now() + timedelta(minutes=2))
+    claimed = queue.claim("w", 50)
+    assert {c.tenant_id for c in claimed} == {other_tenant.id} and len(claimed) == 5
+    Run.objects.filter(tenant=other_tenant, state="ready").delete()
+    backlog(other_tenant, target.url, 1, 5)
+    type(tenant).objects.filter(id=tenant.id).update(max_in_flight=3)
+    queue._limits.loaded_at = -1e9
+    claimed = queue.claim("w", 50)
+    assert {c.tenant_id for c in claimed} == {other_tenant.id} and len(claimed) == 5
+    assert Run.objects.filter(tenant=tenant, state="ready").count() == 20
+
+
 def test_a_tenants_in_flight_cap_holds_across_claims_and_the_rest_stays_ready(tenant, other_tenant, target):
     type(tenant).objects.filter(id=tenant.id).update(max_in_flight=7)
     backlog(tenant, target.url, 2, 30)
