@@ -59,7 +59,12 @@ def runs_page(qs, raw_cursor, tenant_ids, *, size: int | None = None) -> Page:
     of that index. Across tenants, a plain ORDER BY ... LIMIT would sort the whole table, so each
     tenant's part is read from `run_tenant_time_idx` and the parts merged (Keyset.merged_page)."""
     size = size or common.PAGE_SIZE
-    if tenant_ids is not None and 1 < len(tenant_ids) <= MERGE_MAX_TENANTS:
+    if tenant_ids is not None and len(tenant_ids) == 1:
+        # One tenant in view (the only tenant there is, or a tenant user's one): the same rows,
+        # read as one range of run_tenant_time_idx instead of a sort of every partition's runs
+        # (bench/history.py: 45 ms on an empty history, 2.4 s over 700,000 runs).
+        qs = qs.filter(tenant_id=tenant_ids[0])
+    elif tenant_ids is not None and 1 < len(tenant_ids) <= MERGE_MAX_TENANTS:
         def load(pks):
             return qs.model.objects.select_related("tenant", "schedule", "version").in_bulk(pks)
 
