@@ -186,7 +186,8 @@ def _claim_sql(floored: bool) -> str:
     return f"""
 WITH leased AS (
     UPDATE runs_run r SET {_lease("%(now)s", "%(until)s")}
-    WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state = '{READY}'{_floor("r.", floored)}
+    -- `state || ''`: a plain `state = ...` matches run_ready_idx's predicate (see _BY_PRIMARY_KEY).
+    WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state || '' = '{READY}'{_floor("r.", floored)}
     {_LEASED_RETURNING}
 {_claim_tail("%(now)s")}"""
 
@@ -223,7 +224,7 @@ def _claim_due_sql(floored: bool) -> str:
                                   "statement_timestamp() + make_interval(secs => %(lease)s)")}
     -- Primary-key probes for the picked ids: written as a join, the planner hashed the picked
     -- rows and scanned the whole runs table (every run ever kept) to find them.
-    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state = '{READY}'{_floor("r.", floored)}
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state || '' = '{READY}'{_floor("r.", floored)}
     {_LEASED_RETURNING}
 {_claim_tail("statement_timestamp()")}"""
 
@@ -292,15 +293,17 @@ WITH v AS (
         last_error = v.le,
         finished_at = CASE WHEN v.s IN ({TERMINAL}) THEN statement_timestamp() END
     FROM v
-    WHERE r.id = v.r AND r.scheduled_time = v.st AND r.generation = v.g AND r.state = '{LEASED}'
-      AND r.scheduled_time >= %(lo)s AND r.scheduled_time <= %(hi)s
+    WHERE r.id = ANY(ARRAY(SELECT v.r FROM v)) AND r.id = v.r AND r.scheduled_time = v.st AND r.generation = v.g
+      -- Not `r.state = ...`: that matches run_leased_idx's predicate, a path through every leased run.
+      AND r.state || '' = '{LEASED}' AND r.scheduled_time >= %(lo)s AND r.scheduled_time <= %(hi)s
     RETURNING r.id, r.generation, r.tenant_id, r.next_eligible_at, v.*
 ), attempts AS (
     UPDATE runs_attempt a SET
         outcome = v.o, finished_at = statement_timestamp(), http_status = v.h, error_class = left(v.c, 100),
         error = left(v.m, 2000), response_excerpt = v.x, latency_ms = v.l, remote_address = v.p
     FROM applied v
-    WHERE a.id = v.a AND a.scheduled_time = v.st AND a.scheduled_time >= %(lo)s AND a.scheduled_time <= %(hi)s
+    WHERE a.id = ANY(ARRAY(SELECT v.a FROM applied v)) AND a.id = v.a AND a.scheduled_time = v.st
+      AND a.scheduled_time >= %(lo)s AND a.scheduled_time <= %(hi)s
 ), events AS (
     INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
                                   published_at)
@@ -395,8 +398,17 @@ def _copy_value(field):
     return lambda obj: getattr(obj, name)
 
 
-def _live_floor(cur):
-    cur.execute(LIVE_FLOOR_SQL)
+# The next statement's runs and attempts are found by primary key whatever the statistics say:
+# a day's partition is analyzed while empty and can take a burst before autovacuum analyzes it
+# again, and with statistics that say "empty" the planner joined a completion's batch against
+# every leased run of the partition (run_leased_idx) and every attempt (a sequential scan), a cost
+# that grew with the burst until completions took minutes (tests/core/test_plans_without_statistics.py).
+# Only for the rest of the transaction, and set in the same round trip as the floor's read.
+_BY_PRIMARY_KEY = ", set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)"
+
+
+def _live_floor(cur, *, by_primary_key: bool = False):
+    cur.execute(f"SELECT ({LIVE_FLOOR_SQL}){_BY_PRIMARY_KEY}" if by_primary_key else LIVE_FLOOR_SQL)
     return cur.fetchall()[0][0]
 
 
@@ -487,7 +499,7 @@ class PostgresStore(PostgresHistory, PortableStore):
 
     def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int) -> list[Claimed]:
         with _cursor() as cur:
-            floor = _live_floor(cur)
+            floor = _live_floor(cur, by_primary_key=True)
             cur.execute(CLAIM_DUE_SQL[floor is not None],
                         {"worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift, "floor": floor})
             return _claimed(cur)
@@ -496,7 +508,7 @@ class PostgresStore(PostgresHistory, PortableStore):
         if not ids:
             return []
         with _cursor() as cur:
-            floor = _live_floor(cur)
+            floor = _live_floor(cur, by_primary_key=True)
             cur.execute(CLAIM_SQL[floor is not None],
                         {"ids": _uuid_array(ids), "worker": worker, "now": now, "until": until, "floor": floor})
             return _claimed(cur)
@@ -528,6 +540,8 @@ class PostgresStore(PostgresHistory, PortableStore):
         times = [d.result.claimed.scheduled_time for d in decided]
         span = {"lo": min(times), "hi": max(times)}
         with _cursor() as cur:
+            cur.execute("SELECT true" + _BY_PRIMARY_KEY)
+            cur.fetchall()
             cur.execute(COMPLETE_SQL, {"rows": json.dumps([kv[1] for kv in rows]), **span})
             out = cur.fetchall()
             applied = {(row[0], row[1]) for row in out}
