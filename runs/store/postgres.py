@@ -540,7 +540,9 @@ class PostgresStore(PostgresHistory, PortableStore):
         times = [d.result.claimed.scheduled_time for d in decided]
         span = {"lo": min(times), "hi": max(times)}
         with _cursor() as cur:
-            cur.execute("SELECT true" + _BY_PRIMARY_KEY)
+            # Hash joins too: the planner takes a batch's CTE for one row, and a nested loop over
+            # it costs the square of the batch (thousands of rows when completions queue up).
+            cur.execute("SELECT true" + _BY_PRIMARY_KEY + ", set_config('enable_nestloop', 'off', true)")
             cur.fetchall()
             cur.execute(COMPLETE_SQL, {"rows": json.dumps([kv[1] for kv in rows]), **span})
             out = cur.fetchall()
