@@ -66,23 +66,16 @@ def _floor(alias: str, floored: bool) -> str:
 
 
 def _due_tenants(now: str, floored: bool = False) -> str:
-    """Tenants with due runs as of `now`, as CTE `t`: a skip scan over run_ready_tenant_idx for
-    the tenants with any ready run (one probe each), then one probe for each one's earliest ready
-    run. The due-time test is kept out of the skip scan: runs the look-ahead made before their
-    time are ready too, and a probe filtered by time would read all of a tenant's early runs."""
-    return f"""RECURSIVE rt(tenant_id) AS (
-    (SELECT tenant_id FROM runs_run WHERE state = '{READY}'{_floor("", floored)} ORDER BY tenant_id LIMIT 1)
+    """Tenants with due runs as of `now`: a skip scan over run_ready_tenant_idx, one index probe
+    per tenant with due runs, however many runs each has."""
+    return f"""RECURSIVE t(tenant_id) AS (
+    (SELECT tenant_id FROM runs_run WHERE state = '{READY}' AND next_eligible_at <= {now}{_floor("", floored)}
+     ORDER BY tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT r.tenant_id FROM runs_run r
-            WHERE r.state = '{READY}' AND r.tenant_id > rt.tenant_id{_floor("r.", floored)}
+            WHERE r.state = '{READY}' AND r.next_eligible_at <= {now} AND r.tenant_id > t.tenant_id{_floor("r.", floored)}
             ORDER BY r.tenant_id LIMIT 1)
-    FROM rt WHERE rt.tenant_id IS NOT NULL
-), t AS (
-    SELECT rt.tenant_id FROM rt
-    WHERE rt.tenant_id IS NOT NULL AND (
-        SELECT r.next_eligible_at FROM runs_run r
-        WHERE r.state = '{READY}' AND r.tenant_id >= rt.tenant_id AND r.tenant_id <= rt.tenant_id{_floor("r.", floored)}
-        ORDER BY r.tenant_id, r.next_eligible_at LIMIT 1) <= {now}
+    FROM t WHERE t.tenant_id IS NOT NULL
 )"""
 
 
@@ -91,13 +84,11 @@ def _tenant_due_runs(tenant: str, now: str, limit: str, floored: bool = False) -
     skipped, not waited for. Written so that only run_ready_tenant_idx gives this order: with
     `tenant_id = x ... ORDER BY next_eligible_at` the planner walked run_ready_idx and filtered by
     tenant, reading every entry of runs already claimed (they stay in that index until vacuum).
-    A range instead of an equality keeps tenant_id in the sort order, and the row comparison ends
-    the index scan at (tenant, now): a plain `next_eligible_at <= now` after a range on tenant_id
-    is only a filter, which read every run the look-ahead made early."""
+    A range instead of an equality keeps tenant_id in the sort order."""
     return f"""
     SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
-    WHERE r.state = '{READY}' AND r.tenant_id >= {tenant}
-      AND (r.tenant_id, r.next_eligible_at) <= ({tenant}, {now}){_floor("r.", floored)}
+    WHERE r.state = '{READY}' AND r.tenant_id >= {tenant} AND r.tenant_id <= {tenant}
+      AND r.next_eligible_at <= {now}{_floor("r.", floored)}
     ORDER BY r.tenant_id, r.next_eligible_at
     LIMIT {limit}
     FOR UPDATE OF r SKIP LOCKED"""
