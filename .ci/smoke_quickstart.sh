@@ -34,7 +34,7 @@ stop_quickstart() {
   kill -INT -- "-$QS_PID"
   for _ in $(seq 1 100); do kill -0 "$QS_PID" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$QS_PID" 2>/dev/null; then echo "smoke: quickstart still running 10 s after Ctrl-C"; exit 1; fi
-  if curl -s -o /dev/null "http://127.0.0.1:8000/healthz"; then echo "smoke: port 8000 still answers after Ctrl-C"; exit 1; fi
+  if curl -s --max-time 5 -o /dev/null "http://127.0.0.1:8000/healthz"; then echo "smoke: port 8000 still answers after Ctrl-C"; exit 1; fi
   echo "smoke: stopped $((SECONDS - started)) s after Ctrl-C"
   QS_PID=""
 }
