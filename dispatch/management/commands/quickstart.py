@@ -102,6 +102,9 @@ class Command(LoopCommand):
                 [sys.executable, "-m", "gunicorn", "scheduler_project.wsgi", "--bind", host, "--workers", "2",
                  "--threads", "4", "--access-logfile", "-"],
                 env={**os.environ, "DJANGO_SETTINGS_MODULE": "scheduler_project.settings"},
+                # Its own process group, which stop_web signals whole: a worker that outlives its
+                # master (gunicorn 27 left one after Ctrl-C, holding the port) goes with it.
+                start_new_session=True,
             )
         start_loops(self.loops)
         try:
@@ -131,8 +134,8 @@ def exit_if_stuck(seconds: float, web: subprocess.Popen | None) -> threading.Thr
         time.sleep(seconds)
         sys.stderr.write(f"quickstart did not stop within {seconds:.0f} s; exiting now\n")
         sys.stderr.flush()
-        if web is not None and web.poll() is None:
-            web.kill()
+        if web is not None:
+            _signal_group(web, signal.SIGKILL)
         os._exit(1)
 
     t = threading.Thread(target=watchdog, name="stop-watchdog", daemon=True)
@@ -140,13 +143,22 @@ def exit_if_stuck(seconds: float, web: subprocess.Popen | None) -> threading.Thr
     return t
 
 
+def _signal_group(web: subprocess.Popen, sig) -> None:
+    try:
+        os.killpg(web.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def stop_web(web: subprocess.Popen) -> None:
-    """gunicorn's quick shutdown (SIGINT; SIGTERM would wait for its workers' graceful timeout),
-    then a kill if it is still there: the port must be free when quickstart has exited."""
-    if web.poll() is None:
-        web.send_signal(signal.SIGINT)
+    """gunicorn's quick shutdown (SIGINT to its whole group; SIGTERM would wait for its workers'
+    graceful timeout), then a kill of whatever of the group is still there: the port must be
+    free when quickstart has exited."""
+    _signal_group(web, signal.SIGINT)
     try:
         web.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        web.kill()
-        web.wait()
+        pass
+    time.sleep(0.2)  # the workers' own quick exit
+    _signal_group(web, signal.SIGKILL)
+    web.wait()
