@@ -159,8 +159,13 @@ def _exchange(port: int, head: bytes, body_parts=(), timeout: float = 10.0) -> t
     """Send a request's head and body parts on one connection; return the answer's status and body."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(head)
-        for part in body_parts:
-            sock.sendall(part)
+        try:
+            for part in body_parts:
+                sock.sendall(part)
+        except (BrokenPipeError, ConnectionResetError):
+            # The server answered before the body was all sent and closed its side: as an HTTP
+            # client does, stop sending and read what it answered (it is already queued here).
+            pass
         answer = http.client.HTTPResponse(sock)
         answer.begin()
         return answer.status, answer.read()
@@ -199,10 +204,8 @@ def test_gunicorn_answers_413_to_a_huge_declared_body_without_waiting_for_it(gun
 @pytest.mark.django_db(transaction=True)
 def test_gunicorn_answers_413_to_a_body_over_the_limit_that_is_really_sent(gunicorn, key):
     raw = b'{"expression": "' + b"a" * (3 * 1024 * 1024) + b'"}'
-    try:
-        status, _ = _exchange(gunicorn, _head(key, length=len(raw)), [raw], timeout=15)
-    except (ConnectionResetError, BrokenPipeError):
-        pytest.fail("gunicorn closed the connection without an answer")
+    # An answer must arrive, whether the whole body was sent before it or not (_exchange reads it).
+    status, _ = _exchange(gunicorn, _head(key, length=len(raw)), [raw], timeout=15)
     assert status == 413
 
 
