@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 
 from dispatch.demo import DEMO, EchoTarget, ensure_demo
 from dispatch.loops import LoopCommand
-from dispatch.management.commands.scheduler import start_loops
+from dispatch.management.commands.scheduler import start_loops, stop_with_parent
 from dispatch.management.commands.work import default_worker_id
 from dispatch.worker import run_worker
 from schedules.models import ApiKey
@@ -103,8 +103,9 @@ class Command(LoopCommand):
                  "--threads", "4", "--access-logfile", "-"],
                 env={**os.environ, "DJANGO_SETTINGS_MODULE": "scheduler_project.settings"},
                 # Its own process group, which stop_web signals whole: a worker that outlives its
-                # master (gunicorn 27 left one after Ctrl-C, holding the port) goes with it.
-                start_new_session=True,
+                # master (gunicorn 27 left one after Ctrl-C, holding the port) goes with it. Out of
+                # the terminal's group, a killed quickstart must still take it along.
+                start_new_session=True, preexec_fn=stop_with_parent,
             )
         start_loops(self.loops)
         try:

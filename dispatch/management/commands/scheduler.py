@@ -35,7 +35,7 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def _stop_with_parent() -> None:
+def stop_with_parent() -> None:
     """In the child, before it runs: SIGTERM when the parent process dies (Linux)."""
     if sys.platform.startswith("linux"):
         import ctypes
@@ -58,7 +58,7 @@ class WorkerProcesses:
             # Their own session: a Ctrl-C in a terminal reaches the scheduler only, which stops them
             # in order; and each is told to stop if the scheduler dies without doing so.
             self.procs.append(subprocess.Popen(args, env=os.environ.copy(), start_new_session=True,
-                                               preexec_fn=_stop_with_parent))
+                                               preexec_fn=stop_with_parent))
 
     def exited(self) -> list[int]:
         return [p.returncode for p in self.procs if p.poll() is not None]
