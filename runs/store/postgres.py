@@ -84,7 +84,10 @@ def _tenant_due_runs(tenant: str, now: str, limit: str, floored: bool = False) -
     skipped, not waited for. Written so that only run_ready_tenant_idx gives this order: with
     `tenant_id = x ... ORDER BY next_eligible_at` the planner walked run_ready_idx and filtered by
     tenant, reading every entry of runs already claimed (they stay in that index until vacuum).
-    A range instead of an equality keeps tenant_id in the sort order."""
+    A range instead of an equality keeps tenant_id in the sort order. The due time stays a filter:
+    a row comparison `(tenant_id, next_eligible_at) <= (tenant, now)` would end the scan at `now`
+    and skip the runs the look-ahead made early, but measured back to back it cost PostgreSQL
+    about twice the CPU in a burst (bench/README.md, "Issues 17 and 18")."""
     return f"""
     SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
     WHERE r.state = '{READY}' AND r.tenant_id >= {tenant} AND r.tenant_id <= {tenant}
