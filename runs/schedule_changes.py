@@ -12,7 +12,6 @@ Which module owns which change:
 - `runs.services`: manual run transitions (retry, cancel); `runs.queue`: the loops' batches.
 """
 
-import copy
 import uuid
 from datetime import datetime, timedelta
 
@@ -39,6 +38,7 @@ from schedules.services import (
     first_run_at,
     jsonable,
     new_version,
+    quota_refusals,
     rule_for,
     validate_fields,
     version_fields,
@@ -94,51 +94,6 @@ def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = T
 MAX_BATCH = 1000
 
 
-def _quota_limits(tenant: Tenant) -> tuple[int, int]:
-    """The tenant's schedule and sub-minute quotas (0: none), as schedules.services.check_quotas reads them."""
-    def pick(own, default):
-        return own if own is not None else default
-
-    return (pick(tenant.max_schedules, settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT),
-            pick(tenant.max_subminute_schedules, settings.SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT))
-
-
-def _fit_quotas(tenant: Tenant, valid: list) -> dict:
-    """Which of the valid new schedules (in order) the tenant's quotas leave room for: the quota
-    rule of a single create (schedules.services.check_quotas) applied to the batch as a whole, with
-    one count of the tenant's live schedules instead of one per item. Near a limit the tenant row
-    is locked first, as a single create does, so concurrent batches cannot both take the last
-    places. Returns {index: error} for those refused."""
-    from schedules.services import QUOTA_LOCK_MARGIN
-
-    limit, sub_limit = _quota_limits(tenant)
-    live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
-    subs = sum(1 for _, f in valid if f.get("sub_minute"))
-    counts = {}
-    for key, qs, lim, n in (("all", live, limit, len(valid)), ("sub", live.filter(current__sub_minute=True), sub_limit, subs)):
-        if lim and n:
-            counts[key] = qs.count()
-            if counts[key] + n >= lim - QUOTA_LOCK_MARGIN:
-                Tenant.objects.select_for_update(no_key=True).filter(id=tenant.id).first()
-                counts[key] = qs.count()
-    refused = {}
-    used, used_sub = counts.get("all", 0), counts.get("sub", 0)
-    for index, fields in valid:
-        if limit and used >= limit:
-            refused[index] = ValidationFailed({"body": [
-                f"this tenant has {limit} schedules, its quota; archive (DELETE) schedules it no longer needs, or "
-                "ask an operator to raise the quota"]})
-            continue
-        if sub_limit and fields.get("sub_minute") and used_sub >= sub_limit:
-            refused[index] = ValidationFailed({"expression": [
-                f"this rule fires more than once a minute, and this tenant already has {sub_limit} such schedules, "
-                "its quota for them; use a slower rule, or ask an operator to raise the quota"]})
-            continue
-        used += 1
-        used_sub += bool(fields.get("sub_minute"))
-    return refused
-
-
 @transaction.atomic
 def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -> list:
     """Create many schedules at once (at most MAX_BATCH), each validated exactly as create_schedule
@@ -155,11 +110,8 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
     """
     if len(items) > MAX_BATCH:
         raise ValidationFailed({"schedules": [f"at most {MAX_BATCH} schedules per request; this one has {len(items)}"]})
-    # Quotas are counted for the batch as a whole below, so validate_fields must not count them
-    # item by item: it skips a quota of 0. The allowlist is read once for all items.
-    unquoted = copy.copy(tenant)
-    unquoted.max_schedules = unquoted.max_subminute_schedules = 0
-    prefetch_related_objects([unquoted], "targets")
+    # The allowlist is read once for all items; the quotas are applied to the batch as a whole below.
+    prefetch_related_objects([tenant], "targets")
     results: list = []
     valid = []
     for index, given in enumerate(items):
@@ -167,13 +119,13 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
         enabled = given.pop("enabled", True)
         fields = {**VERSIONED_DEFAULTS, **given}
         try:
-            rule = validate_fields(unquoted, fields, now=now)
+            rule = validate_fields(tenant, fields, now=now, quotas=False)
             results.append((fields, _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)))
             valid.append((index, fields))
         except ServiceError as exc:
             results.append(exc)
-    for index, exc in _fit_quotas(tenant, valid).items():
-        results[index] = exc
+    for i, exc in quota_refusals(tenant, [fields["sub_minute"] for _, fields in valid]).items():
+        results[valid[i][0]] = exc
     made = [r for r in results if not isinstance(r, ServiceError)]
     if made:
         versions = [v for _, (_, v) in made]

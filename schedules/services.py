@@ -118,38 +118,83 @@ def _quota(tenant: Tenant, own, default) -> int:
     return own if own is not None else default
 
 
-def check_quotas(tenant: Tenant, *, sub_minute: bool, schedule: Schedule | None) -> None:
-    """A new schedule (`schedule` None) must fit the tenant's schedule quota, and a rule that
-    becomes sub-minute its sub-minute quota; both count the tenant's schedules that are not
-    archived (archiving frees a place). 0 in the settings means no quota."""
-    limit = _quota(tenant, tenant.max_schedules, settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT)
-    sub_limit = _quota(tenant, tenant.max_subminute_schedules, settings.SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT)
-    if not (limit and schedule is None) and not (sub_limit and sub_minute):
-        return  # no quota applies: no query (and none built: a batch validates up to 1,000 items)
-    live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
-    checks = []
-    if schedule is None:
-        checks.append((live, limit, "body",
-                       f"this tenant has {limit} schedules, its quota; archive (DELETE) schedules it no longer "
-                       "needs, or ask an operator to raise the quota"))
-    if sub_minute and (schedule is None or not schedule.current.sub_minute):
-        checks.append((live.filter(current__sub_minute=True), sub_limit, "expression",
-                       f"this rule fires more than once a minute, and this tenant already has {sub_limit} such "
-                       "schedules, its quota for them; use a slower rule, or ask an operator to raise the quota"))
-    for qs, limit, field, message in checks:
-        if not limit:
-            continue
+def _quota_limits(tenant: Tenant) -> tuple[int, int]:
+    """The tenant's schedule and sub-minute quotas; 0: none."""
+    return (_quota(tenant, tenant.max_schedules, settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT),
+            _quota(tenant, tenant.max_subminute_schedules, settings.SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT))
+
+
+def _over_schedule_quota(limit: int) -> ValidationFailed:
+    return ValidationFailed({"body": [
+        f"this tenant has {limit} schedules, its quota; archive (DELETE) schedules it no longer needs, or ask an "
+        "operator to raise the quota"]})
+
+
+def _over_subminute_quota(limit: int) -> ValidationFailed:
+    return ValidationFailed({"expression": [
+        f"this rule fires more than once a minute, and this tenant already has {limit} such schedules, its quota "
+        "for them; use a slower rule, or ask an operator to raise the quota"]})
+
+
+def _live_count(tenant: Tenant, qs, limit: int, adding: int) -> int:
+    """How many of `qs` the tenant has, counted so that concurrent creates cannot both take the
+    last places. Far from the limit a single create (`adding` 1) counts without waiting for anyone:
+    the creates in flight beside it are far fewer than the QUOTA_LOCK_MARGIN places left. Near it,
+    and for a batch whatever the count, the tenant row is locked and the count taken again after
+    the wait: a batch adds up to a thousand places in one commit, so two batches (or a batch and
+    near-limit creates) that each counted before the other committed could together go far past
+    the quota; under the lock they are counted one after the other."""
+    count = qs.count()
+    if adding > 1 or count >= limit - QUOTA_LOCK_MARGIN:
+        Tenant.objects.select_for_update(no_key=True).filter(id=tenant.id).first()
         count = qs.count()
-        if count >= limit - QUOTA_LOCK_MARGIN:
-            Tenant.objects.select_for_update(no_key=True).filter(id=tenant.id).first()
-            count = qs.count()
-        if count >= limit:
-            raise ValidationFailed({field: [message]})
+    return count
 
 
-def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Schedule | None = None) -> object:
+def quota_refusals(tenant: Tenant, sub_minutes: list[bool]) -> dict[int, ValidationFailed]:
+    """New schedules, given in order by whether each is sub-minute, against the tenant's quotas:
+    the ones that do not fit, {index: error}. Both quotas count the tenant's schedules that are not
+    archived (archiving frees a place); one count per quota, whatever the number of schedules."""
+    limit, sub_limit = _quota_limits(tenant)
+    wanted_sub = sum(1 for s in sub_minutes if s)
+    if not (limit and sub_minutes) and not (sub_limit and wanted_sub):
+        return {}  # no quota applies: no query
+    live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
+    used = _live_count(tenant, live, limit, len(sub_minutes)) if limit else 0
+    used_sub = _live_count(tenant, live.filter(current__sub_minute=True), sub_limit, wanted_sub) \
+        if sub_limit and wanted_sub else 0
+    refused = {}
+    for index, sub_minute in enumerate(sub_minutes):
+        if limit and used >= limit:
+            refused[index] = _over_schedule_quota(limit)
+        elif sub_limit and sub_minute and used_sub >= sub_limit:
+            refused[index] = _over_subminute_quota(sub_limit)
+        else:
+            used += 1
+            used_sub += sub_minute
+    return refused
+
+
+def check_quotas(tenant: Tenant, *, sub_minute: bool, schedule: Schedule | None) -> None:
+    """A new schedule (`schedule` None) must fit the tenant's quotas (quota_refusals), and an edit
+    that makes a rule sub-minute the sub-minute quota. 0 in the settings means no quota."""
+    if schedule is None:
+        refused = quota_refusals(tenant, [sub_minute])
+        if refused:
+            raise refused[0]
+        return
+    _, sub_limit = _quota_limits(tenant)
+    if sub_limit and sub_minute and not schedule.current.sub_minute:
+        live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
+        if _live_count(tenant, live.filter(current__sub_minute=True), sub_limit, 1) >= sub_limit:
+            raise _over_subminute_quota(sub_limit)
+
+
+def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Schedule | None = None,
+                    quotas: bool = True) -> object:
     """Check a full set of versioned fields against `schedule` (None: a new schedule), and the
-    tenant's quotas; returns the parsed rule. Raises ValidationFailed with every field error found,
+    tenant's quotas unless `quotas` is False (a batch applies them to all its schedules at once,
+    quota_refusals); returns the parsed rule. Raises ValidationFailed with every field error found,
     so a client can fix them all at once. Fills in `fields` what the version row records besides
     what was given: the deployment's default timeout, and whether the rule is sub-minute."""
     errors: dict[str, list[str]] = {}
@@ -202,7 +247,8 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Sc
         err(e.field, str(e))
     if errors:
         raise ValidationFailed(errors)
-    check_quotas(tenant, sub_minute=fields["sub_minute"], schedule=schedule)
+    if quotas:
+        check_quotas(tenant, sub_minute=fields["sub_minute"], schedule=schedule)
     return rule
 
 

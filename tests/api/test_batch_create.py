@@ -2,13 +2,19 @@
 single create (serializer, service, quotas), per-item results in order, one transaction, the same
 Idempotency-Key rules, and a number of statements that does not grow with the batch."""
 
+import threading
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from runs import schedule_changes
 from runs.schedule_changes import MAX_BATCH
+from runs.store import store
+from scheduler_project.dbclock import db_now
 from schedules.models import AuditEntry, Schedule, ScheduleVersion
 from tests.api.conftest import schedule_body
+from tests.helpers import ACTOR
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/schedules/batch"
@@ -131,3 +137,46 @@ def test_a_single_create_takes_few_statements(api, target):
     assert sum(s.startswith('INSERT INTO "schedules_schedule"') for s in sql) == 1
     assert not any(s.startswith('UPDATE "schedules_schedule"') for s in sql)
     assert not any("pg_notify" in s for s in sql)  # due in months: the scanners' polling finds it
+
+
+@pytest.mark.postgresql_only("several connections creating at once")
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_cannot_together_go_past_the_quota(tenant, target, settings, monkeypatch):
+    """Far from the limit a single create counts without a lock (the creates beside it are fewer
+    than the margin), but a batch adds hundreds at once: two that both counted before either
+    committed made 1,202 schedules under a quota of 1,000 (found from outside, four batches of
+    300). Here each batch waits, after counting, for the other to reach its inserts (or 2 s):
+    without the tenant lock both get there with the same count."""
+    # Far enough from the limit that neither batch alone would be counted near it.
+    settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT = 300
+    inserted = threading.Barrier(2)
+    real_insert = type(store()).insert_new
+
+    def insert_new(self, model, objs, **kw):
+        if model is ScheduleVersion:
+            try:
+                inserted.wait(timeout=2)
+            except threading.BrokenBarrierError:
+                pass  # the other batch is held at the lock: the fix working
+        return real_insert(self, model, objs, **kw)
+
+    monkeypatch.setattr(type(store()), "insert_new", insert_new)
+    results = []
+
+    def create(tag):
+        try:
+            items = [{"name": f"{tag}{i}", "expression": "0 * * * *", "time_zone": "UTC",
+                      "target_url": target.url + "/hook"} for i in range(190)]
+            results.append(schedule_changes.create_schedules(tenant, items, by=ACTOR, now=db_now()))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(tag,)) for tag in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    made = [r for batch_results in results for r in batch_results if not isinstance(r, Exception)]
+    assert len(made) == 300
+    assert Schedule.objects.filter(tenant=tenant).count() == 300
+
