@@ -5,6 +5,7 @@ override them with Django's `settings` fixture like any other setting.)"""
 
 import environ
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 _env = environ.Env()
 
@@ -33,9 +34,26 @@ DEFAULTS = {
 }
 
 
+# The smallest value each number may take (and all are finite): 0 partition seconds would divide by
+# zero, a lock timeout of 0 is no timeout at all (dispatch would queue behind the DDL), a negative
+# or NaN retention would remove every finished run or make each pass fail. The retention periods
+# stop at runs.models.MAX_RETENTION_DAYS, as a tenant's own policy does.
+MINIMUM = {
+    "SCHEDULER_PARTITION_SECONDS": 1, "SCHEDULER_PARTITION_AHEAD_SECONDS": 0,
+    "SCHEDULER_PARTITION_LOCK_TIMEOUT_MS": 1, "SCHEDULER_RETENTION_DAYS": 0, "SCHEDULER_DEAD_RETENTION_DAYS": 0,
+    "SCHEDULER_RETENTION_MAX_SURVIVORS": 0, "SCHEDULER_RETENTION_BATCH": 1, "SCHEDULER_MAINTENANCE_SECONDS": 0.1,
+}
+
+
 def get(name: str):
     kind, default = DEFAULTS[name]
     value = getattr(settings, name, None)
-    if value is not None:
-        return kind(value)
-    return _env.get_value(name, cast=kind, default=default)
+    value = kind(value) if value is not None else _env.get_value(name, cast=kind, default=default)
+    if name in MINIMUM:
+        from runs.models import MAX_RETENTION_DAYS
+
+        top = MAX_RETENTION_DAYS if name.endswith("RETENTION_DAYS") else float("inf")
+        if not (MINIMUM[name] <= value <= top) or value != value:
+            raise ImproperlyConfigured(f"{name} = {value!r}: it must be a number from {MINIMUM[name]}"
+                                       + (f" to {top}" if top != float("inf") else ""))
+    return value

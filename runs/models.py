@@ -309,6 +309,12 @@ class OutboxEvent(models.Model):
         ]
 
 
+# The longest retention a tenant's own policy may set (a century). Retention subtracts the period
+# from now; a period beyond what a datetime can hold (e.g. 2,000,000,000 days) made every retention
+# pass, /metrics and the dashboard fail for every tenant, not only the one that set it.
+MAX_RETENTION_DAYS = 36_500
+
+
 class RetentionPolicy(models.Model):
     """A tenant's own retention (runs.retention): how long its finished history is kept, where it
     differs from the deployment's defaults (SCHEDULER_RETENTION_DAYS, SCHEDULER_DEAD_RETENTION_DAYS).
@@ -322,6 +328,18 @@ class RetentionPolicy(models.Model):
     dead_days = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(finished_days__isnull=True) | Q(finished_days__gte=1, finished_days__lte=MAX_RETENTION_DAYS),
+                name="retention_finished_days_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(dead_days__isnull=True) | Q(dead_days__gte=1, dead_days__lte=MAX_RETENTION_DAYS),
+                name="retention_dead_days_range",
+            ),
+        ]
 
     def __str__(self):
         return f"retention of {self.tenant_id}"

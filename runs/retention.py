@@ -38,7 +38,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from runs.history_settings import get as setting
-from runs.models import HistoryPartition, HistoryRemoval, RetentionPolicy
+from runs.models import MAX_RETENTION_DAYS, HistoryPartition, HistoryRemoval, RetentionPolicy
 from runs.store import store
 from schedules.models import Tenant
 from schedules.services import Actor, audit
@@ -74,7 +74,11 @@ def policy() -> Policy:
 
 
 def set_policy(tenant: Tenant, *, finished_days: int | None, dead_days: int | None, by: Actor) -> RetentionPolicy | None:
-    """A tenant's retention (None in both: back to the defaults). The one entry point for it."""
+    """A tenant's retention (None in both: back to the defaults). The one entry point for it.
+    Raises ValueError for a period outside 1..MAX_RETENTION_DAYS (the database refuses it too)."""
+    for name, v in (("finished_days", finished_days), ("dead_days", dead_days)):
+        if v is not None and not 1 <= v <= MAX_RETENTION_DAYS:
+            raise ValueError(f"{name} must be between 1 and {MAX_RETENTION_DAYS}")
     before = RetentionPolicy.objects.filter(tenant=tenant).values("finished_days", "dead_days").first()
     if finished_days is None and dead_days is None:
         RetentionPolicy.objects.filter(tenant=tenant).delete()

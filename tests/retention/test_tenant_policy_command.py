@@ -39,9 +39,41 @@ def test_defaults_removes_the_tenants_policy(tenant):
     (("--tenant", "nobody", "--finished-days", "3"), "no tenant 'nobody'"),
     (("--tenant", "acme"), "give --finished-days and/or --dead-days, or --defaults"),
     (("--tenant", "acme", "--defaults", "--dead-days", "3"), "give --finished-days and/or --dead-days, or --defaults"),
-    (("--tenant", "acme", "--finished-days", "0"), "--finished-days must be at least 1"),
+    (("--tenant", "acme", "--finished-days", "0"), "--finished-days must be between 1 and 36500"),
+    (("--tenant", "acme", "--dead-days", "-1"), "--dead-days must be between 1 and 36500"),
+    # Fits the database's integer but not a datetime: it made every tenant's retention pass fail.
+    (("--tenant", "acme", "--dead-days", "2000000000"), "--dead-days must be between 1 and 36500"),
+    (("--tenant", "acme", "--finished-days", "36501"), "--finished-days must be between 1 and 36500"),
 ])
 def test_bad_arguments_are_refused_with_the_reason(tenant, args, message):
     with pytest.raises(CommandError, match=message):
         run(*args)
+    assert not RetentionPolicy.objects.exists()
+
+
+@pytest.mark.parametrize("args", [("--finished-days", "3"), ("--dead-days", "3"), ("--defaults",)])
+def test_policy_options_without_a_tenant_are_refused_and_nothing_is_removed(tenant, target, args):
+    """Without --tenant they were ignored and the command ran a removal pass instead."""
+    from datetime import timedelta
+
+    from django.test import override_settings
+
+    from runs.models import Run
+    from tests.retention.conftest import one_run
+
+    run = one_run(tenant, target, "/ok", to="succeeded")
+    with override_settings(SCHEDULER_RETENTION_DAYS=0):  # the run would be due at once
+        with pytest.raises(CommandError, match="give --tenant SLUG too"):
+            call_command("retention", *args, stdout=StringIO())
+    assert Run.objects.filter(id=run.id).exists()
+
+
+def test_the_database_refuses_a_period_no_datetime_can_hold(tenant):
+    from django.db import IntegrityError, transaction
+
+    for field in ("finished_days", "dead_days"):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            RetentionPolicy.objects.create(tenant=tenant, **{field: 2_000_000_000})
+    with pytest.raises(ValueError, match="between 1 and 36500"):
+        retention.set_policy(tenant, finished_days=None, dead_days=10**6, by=retention.ACTOR)
     assert not RetentionPolicy.objects.exists()

@@ -28,10 +28,10 @@ class Command(BaseCommand):
         fin, dead = options["finished_days"], options["dead_days"]
         if options["defaults"] == (fin is not None or dead is not None):
             raise CommandError("give --finished-days and/or --dead-days, or --defaults")
-        for name, v in (("--finished-days", fin), ("--dead-days", dead)):
-            if v is not None and v < 1:
-                raise CommandError(f"{name} must be at least 1")
-        retention.set_policy(tenant, finished_days=fin, dead_days=dead, by=Actor("system:retention"))
+        try:
+            retention.set_policy(tenant, finished_days=fin, dead_days=dead, by=Actor("system:retention"))
+        except ValueError as exc:  # "finished_days must be between ..." -> "--finished-days must be ..."
+            raise CommandError("--" + str(exc).replace("_", "-", 1)) from exc
         st = retention.status(tenant_ids=[tenant.id])
         (t,) = st.tenants
         self.stdout.write(f"{tenant.slug} keeps finished runs {t.finished_days:g} days and dead runs "
@@ -40,6 +40,14 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["tenant"]:
             return self.set_tenant_policy(options)
+        # Without --tenant these would be ignored and the command would remove history instead of
+        # setting a policy: refuse before anything is removed.
+        given = [f"--{k.replace('_', '-')}" for k in ("finished_days", "dead_days") if options[k] is not None]
+        if options["defaults"]:
+            given.append("--defaults")
+        if given:
+            raise CommandError(f"{', '.join(given)} set a tenant's own retention: give --tenant SLUG too "
+                               "(nothing was removed)")
         while True:
             res = retention.run_pass(export_dir=options["export"], dry_run=options["dry_run"])
             for s in res.swaps:
