@@ -420,7 +420,9 @@ class SwapPlan:
 @dataclass
 class SwapResult:
     group: str
-    removed: dict = field(default_factory=dict)  # partition name -> rows it had
+    # partition name -> rows it had, as ANALYZE counted them while staging: exact for a partition
+    # under 30,000 pages (ANALYZE then reads every page), a sampled estimate above
+    removed: dict = field(default_factory=dict)
     kept: dict = field(default_factory=dict)  # table -> rows in the new kept partition
     kept_name: dict = field(default_factory=dict)
     lock_ms: float = 0.0
@@ -466,11 +468,13 @@ def _cols(cur, table: str) -> str:
     return cur.fetchone()[0]
 
 
-def swap(plan: SwapPlan, *, now: datetime, export=None) -> SwapResult | None:
+def swap(plan: SwapPlan, *, now: datetime, export=None, record=None) -> SwapResult | None:
     """Remove the oldest regular partition of plan.group, keeping its survivors and the kept
     partition's survivors in a new kept partition (or, when plan.upper is the kept partition's own
     bound, rewrite the kept partition alone with its survivors). Returns None when the lock was not
-    granted in time (nothing changed; the next pass tries again).
+    granted in time (nothing changed; the next pass tries again). `record(result)` is called in the
+    swap's own transaction once the old partitions are dropped (the audit entry), so that a removal
+    is never committed without its record, nor a record without its removal.
 
     Steps, in this order because each depends on the one before:
     1. Stage, with no lock on the parents: copy the survivors' rows (runs by the index-backed
@@ -483,7 +487,8 @@ def swap(plan: SwapPlan, *, now: datetime, export=None) -> SwapResult | None:
        changed since staging (live then or now, retried lately), with their attempts and occurrence;
        detach the old partitions, attach the staged tables as the new kept partition (no scan: the
        CHECK proves the bound; no validation: the foreign keys are there and valid), drop the old.
-       This part costs what changed during staging, not what is removed.
+       This part costs what changed during staging, not what is removed. `record` writes the
+       removal's audit entry in the same transaction.
     """
     import time
 
@@ -517,6 +522,15 @@ def swap(plan: SwapPlan, *, now: datetime, export=None) -> SwapResult | None:
             _exec(cur, f"INSERT INTO {ids} (id, live) SELECT id, bool_or(live) FROM ({plan.survivors.format(src=q(src))}) s "
                        "GROUP BY id ON CONFLICT (id) DO NOTHING", plan.params)
         _exec(cur, f"ANALYZE {ids}")
+        # How many rows each source holds, for the audit: ANALYZE reads at most 30,000 pages (every
+        # page of a smaller partition, so its count is exact) and takes no lock dispatch waits for;
+        # pg_class.reltuples read under the lock instead was -1 (so 0) for a partition never
+        # analysed, and the audit said a partition of removed runs had none.
+        for t in tables:
+            for src in sources[t]:
+                _exec(cur, f"ANALYZE {q(src)}")
+                cur.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [q(src)])
+                res.removed[src] = max(0, cur.fetchone()[0])
         _copy_survivors(cur, group, sources, stage, cols, ids)
         for t in tables:
             _add_foreign_keys(cur, stage[t], t)
@@ -546,8 +560,6 @@ def swap(plan: SwapPlan, *, now: datetime, export=None) -> SwapResult | None:
             _copy_survivors(cur, group, sources, stage, cols, ids, only=changed)
             for t in tables:
                 for src in sources[t]:
-                    cur.execute(f"SELECT reltuples::bigint FROM pg_class WHERE relname = %s", [src])
-                    res.removed[src] = max(0, cur.fetchone()[0])
                     _exec(cur, f"ALTER TABLE {t} DETACH PARTITION {q(src)}")
                 _exec(cur, f"ALTER TABLE {t} ATTACH PARTITION {q(stage[t])} FOR VALUES FROM (MINVALUE) TO ({_bound(plan.upper, '')})")
                 for src in sources[t]:
@@ -562,6 +574,8 @@ def swap(plan: SwapPlan, *, now: datetime, export=None) -> SwapResult | None:
                 sync_catalog(t)
             _checks_deferred(cur)
             res.lock_ms = (time.monotonic() - t1) * 1000
+            if record is not None:
+                record(res)
     except PartitionLockBusy:
         with connection.cursor() as cur:
             for t in tables:

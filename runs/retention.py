@@ -251,17 +251,23 @@ def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
             params=params,
         )
         exporter = (lambda g, sources, stage: export_swap(export_dir, g, sources, stage, now)) if export_dir else None
-        done = partitions.swap(plan, now=now, export=exporter)
+
+        def record(done, part=part, group=group):
+            # In the swap's transaction: a removal is never committed without its audit entry.
+            removed = {t: max(0, sum(n for src, n in done.removed.items() if src.startswith(t + "_")) - done.kept[t])
+                       for t in done.kept}
+            HistoryRemoval.objects.create(what=part.name, removed=removed, kept=done.kept, lock_ms=done.lock_ms)
+            audit(AUDIT_ACTION, by=ACTOR, obj_type="partition", obj_id=part.name,
+                  after={"group": group, "until": part.upper.isoformat(), "removed": removed,
+                         "rowsBefore": done.removed, "kept": done.kept, "keptPartition": done.kept_name,
+                         "lockMs": round(done.lock_ms, 1), "exported": done.exported})
+
+        done = partitions.swap(plan, now=now, export=exporter, record=record)
         if done is None:
             res.busy.append(group)
             res.more = True
             continue
         res.swaps.append(done)
-        HistoryRemoval.objects.create(what=part.name, removed=done.removed, kept=done.kept, lock_ms=done.lock_ms)
-        audit(AUDIT_ACTION, by=ACTOR, obj_type="partition", obj_id=part.name,
-              after={"group": group, "until": part.upper.isoformat(), "rowsBefore": done.removed,
-                     "kept": done.kept, "keptPartition": done.kept_name, "lockMs": round(done.lock_ms, 1),
-                     "exported": done.exported})
         log.info("retention: removed %s (history before %s); kept %s; lock held %.0f ms",
                  part.name, part.upper.isoformat(), done.kept, done.lock_ms)
         res.more = part.role != "kept"  # another partition may be due
@@ -283,14 +289,15 @@ def _trim(res, now, p, tenant_ids, export_dir):
             if export_dir:
                 export_runs(export_dir, ids, now)
             got = store().delete_runs(ids)
+            # In the removal's transaction: never a removal without its audit entry.
+            if got["runs_run"]:
+                HistoryRemoval.objects.create(what="batches", removed=got)
+                audit(AUDIT_ACTION, by=ACTOR, obj_type="runs", obj_id=f"batch:{now.isoformat()}",
+                      after={"removed": got, "tenants": len(tids)})
         for k, v in got.items():
             removed[k] += v
         if len(ids) >= batch:
             res.more = True
-    if removed["runs_run"]:
-        HistoryRemoval.objects.create(what="batches", removed=removed)
-        audit(AUDIT_ACTION, by=ACTOR, obj_type="runs", obj_id=f"batch:{now.isoformat()}",
-              after={"removed": removed, "tenants": len(tenant_ids)})
     for k, v in removed.items():
         res.trimmed[k] = res.trimmed.get(k, 0) + v
 

@@ -96,12 +96,18 @@ def test_a_run_retried_by_hand_is_counted_from_the_retry(tenant, target, later):
 
 
 def test_each_removal_is_in_the_audit_log_and_the_status(tenant, target, later):
-    one_run(tenant, target, "/ok", to="succeeded")
+    gone = [one_run(tenant, target, f"/ok{i}", to="succeeded") for i in range(3)]
+    stays = one_run(tenant, target, "/ready", to="ready")
     run_retention(later)
-    entry = AuditEntry.objects.filter(action=retention.AUDIT_ACTION).latest("at")
-    assert entry.actor == "system:maintain"
-    assert entry.after
-    assert HistoryRemoval.objects.exists()
+    assert present(*gone) == {r.id: False for r in gone} and present(stays)[stays.id]
+    entries = AuditEntry.objects.filter(action=retention.AUDIT_ACTION)
+    assert {e.actor for e in entries} == {"system:maintain"}
+    # The entries say how many rows went: the three runs, their attempts and occurrences (the
+    # partition swap recorded 0 for a partition never analysed, as a fresh one is).
+    removed = {t: sum(e.after["removed"].get(t, 0) for e in entries)
+               for t in ("runs_run", "runs_attempt", "runs_occurrence")}
+    assert removed == {"runs_run": 3, "runs_attempt": 3, "runs_occurrence": 3}
+    assert sum(h.removed.get("runs_run", 0) for h in HistoryRemoval.objects.all()) == 3
     st = retention.status()
     assert st.last_removal_at is not None and st.last_removal
     assert (st.finished_days, st.dead_days) == (14.0, 30.0)
@@ -131,3 +137,21 @@ def test_the_status_says_what_is_kept(tenant, target, settings):
     assert (st.finished_days, st.dead_days, st.overrides) == (7.0, 30.0, 1)
     (t,) = st.tenants
     assert (t.slug, t.finished_days, t.dead_days, t.own) == ("acme", 3.0, 30.0, True)
+
+
+def test_a_removal_whose_audit_entry_fails_is_undone(tenant, target, later, monkeypatch):
+    """The audit entry is written in the removal's own transaction: a removal is never committed
+    without it (it was written after the swap or the batch had committed)."""
+    run = one_run(tenant, target, "/ok", to="succeeded")
+
+    def audit_fails(*args, **kwargs):
+        raise RuntimeError("the audit log is unavailable")
+
+    monkeypatch.setattr(retention, "audit", audit_fails)
+    with pytest.raises(RuntimeError, match="audit log"):
+        run_retention(later)
+    assert present(run) == {run.id: True}
+    assert Attempt.objects.filter(run_id=run.id).count() == 1
+    assert Occurrence.objects.filter(id=run.occurrence_id).exists()
+    assert not HistoryRemoval.objects.exists()
+    assert history_violations() == []
