@@ -180,3 +180,19 @@ def test_concurrent_batches_cannot_together_go_past_the_quota(tenant, target, se
     assert len(made) == 300
     assert Schedule.objects.filter(tenant=tenant).count() == 300
 
+
+def test_a_null_item_is_refused_in_its_own_result_like_any_item_that_is_not_an_object(api, tenant, target):
+    resp = batch(api, [schedule_body(target), None, 5])
+    assert resp.status_code == 207
+    results = resp.json()["results"]
+    assert [r["status"] for r in results] == [201, 400, 400]
+    single = api.generic("POST", "/api/v1/schedules", "null", content_type="application/json")
+    assert {k: v for k, v in results[1].items() if k not in ("index", "status")} == single.json()
+    assert Schedule.objects.filter(tenant=tenant).count() == 1
+
+
+def test_an_unknown_query_parameter_is_refused_as_on_every_other_operation(api, tenant, target):
+    resp = api.post(URL + "?dryRun=true", {"schedules": [schedule_body(target)]}, format="json")
+    assert resp.status_code == 400 and resp.json()["errors"]["dryRun"][0].startswith("unknown query parameter")
+    assert not Schedule.objects.filter(tenant=tenant).exists()
+

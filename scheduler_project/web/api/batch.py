@@ -13,14 +13,14 @@ The batch counts as one request against the per-key rate limit; its body must fi
 limit (SCHEDULER_MAX_REQUEST_BYTES).
 """
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_serializer, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema_serializer, inline_serializer
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from runs import schedule_changes
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import ServiceError
+from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.errors import exception_handler
 from scheduler_project.web.api.schedule_serializers import StrictSerializer, to_fields, validate_schedule
 from scheduler_project.web.api.schedules import BODY_ERRORS, IDEMPOTENCY_PARAM, actor, error_responses
@@ -32,7 +32,9 @@ MAX_ITEMS = schedule_changes.MAX_BATCH
 @extend_schema_serializer(component_name="ScheduleBatchCreate")
 class ScheduleBatchIn(StrictSerializer):
     schedules = serializers.ListField(
-        child=serializers.JSONField(), min_length=1, max_length=MAX_ITEMS,
+        # null too: an item that is not an object gets the single create's answer in its own
+        # result (validate_schedule), instead of refusing the whole batch.
+        child=serializers.JSONField(allow_null=True), min_length=1, max_length=MAX_ITEMS,
         help_text=f"1 to {MAX_ITEMS} schedules, each the body of POST /api/v1/schedules",
     )
 
@@ -66,8 +68,8 @@ def _created(schedule, index: int) -> dict:
             "nextRunAt": nxt.isoformat().replace("+00:00", "Z") if nxt else None}
 
 
-class ScheduleBatchView(APIView):
-    @extend_schema(
+class ScheduleBatchView(ApiView):
+    @operation(
         operation_id="schedules_batch_create",
         summary="Create up to 1,000 schedules",
         description="Each item is the body of a single create and is validated the same way (quotas included). "
