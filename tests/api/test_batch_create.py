@@ -196,3 +196,39 @@ def test_an_unknown_query_parameter_is_refused_as_on_every_other_operation(api, 
     assert resp.status_code == 400 and resp.json()["errors"]["dryRun"][0].startswith("unknown query parameter")
     assert not Schedule.objects.filter(tenant=tenant).exists()
 
+
+# What COPY's text format escapes (tab, newline, carriage return, backslash, "\N" that means
+# NULL, "\." that ends the data), control characters, and text beyond the Basic Multilingual Plane.
+AWKWARD = ["tab\there", "new\nline\r\nend", "back\\slash", "\\N", "\\.", "end\\", "quote\"'", "\x01\x1f\x7f",
+           "ünïcødé ☃ 𝄞 日本"]
+
+
+def test_awkward_text_is_stored_by_the_batch_exactly_as_sent(api, tenant, target):
+    """The batch inserts with COPY on PostgreSQL (PostgresStore.insert_new), not INSERT: every
+    text and JSON value must come back exactly as a single create stores it."""
+    items = [{**schedule_body(target, name=s, payload={"s": s, s: [s, {"k": s}], "n": -2**63 + 1}),
+              "target": {"url": f"{target.url}/hook?q={i}", "headers": {"X-Awkward": "a\\b\"c"}}}
+             for i, s in enumerate(AWKWARD)]
+    results = batch(api, items).json()["results"]
+    assert [r["status"] for r in results] == [201] * len(AWKWARD)
+    for item, r in zip(items, results):
+        got = api.get(f"/api/v1/schedules/{r['id']}").json()
+        assert (got["name"], got["payload"], got["target"]["url"], got["target"]["headers"]) == (
+            item["name"], item["payload"], item["target"]["url"], item["target"]["headers"])
+        (entry,) = api.get("/api/v1/audit", {"objectId": r["id"]}).json()["results"]
+        assert (entry["after"]["name"], entry["after"]["payload"]) == (item["name"], item["payload"])
+
+
+def test_a_batch_is_one_transaction_a_failed_insert_leaves_nothing(api, tenant, target, monkeypatch):
+    real_insert = type(store()).insert_new
+
+    def insert_new(self, model, objs, **kw):
+        if model is AuditEntry:
+            raise RuntimeError("the audit insert failed")
+        return real_insert(self, model, objs, **kw)
+
+    monkeypatch.setattr(type(store()), "insert_new", insert_new)
+    with pytest.raises(RuntimeError):
+        schedule_changes.create_schedules(tenant, [{"expression": "0 * * * *", "time_zone": "UTC",
+                                                    "target_url": target.url + "/hook"}] * 3, by=ACTOR, now=db_now())
+    assert not Schedule.objects.filter(tenant=tenant).exists() and not ScheduleVersion.objects.exists()
