@@ -36,6 +36,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_clients(client, each_args) -> float:
+    """Run `client(*args)` in one thread per entry of `each_args`, all at once; the wall time."""
+    threads = [threading.Thread(target=client, args=args) for args in each_args]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def one_run(args, url, key, tag):
     import requests
 
@@ -60,13 +71,7 @@ def one_run(args, url, key, tag):
     if args.bulk:
         return bulk_run(args, url, key, tag)
     per = args.creates // args.threads
-    threads = [threading.Thread(target=client, args=(per, t)) for t in range(args.threads)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = run_clients(client, [(per, t) for t in range(args.threads)])
     n = per * args.threads
     return {"n": n, "wall": wall, "rate": n / wall, "codes": codes,
             "p50": C.percentile(times, 50), "p99": C.percentile(times, 99)}
@@ -103,13 +108,7 @@ def bulk_run(args, url, key, tag):
         with lock:
             times.extend(mine)
 
-    threads = [threading.Thread(target=client, args=(t,)) for t in range(args.threads)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = run_clients(client, [(t,) for t in range(args.threads)])
     n = per * args.threads * args.bulk
     created = codes.pop("items created", 0)
     return {"n": n, "wall": wall, "rate": created / wall, "codes": codes, "created": created,
