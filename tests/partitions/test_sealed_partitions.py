@@ -39,7 +39,9 @@ def planned_partitions() -> set:
 def backfilled_long_ago(tenant, target) -> Run:
     """A run 40 days old, made ready by a backfill: in the kept partition, below every regular one."""
     s = make_schedule(tenant, target.url + "/old", expression="0 * * * *")
-    at = db_now() - timedelta(days=40)
+    # Half past the hour: the 61 minutes before it hold exactly one whole hour (from a time in the
+    # first minute past an hour they held two, and the test failed then).
+    at = (db_now() - timedelta(days=40)).replace(minute=30, second=0, microsecond=0)
     assert backfill_schedule(s, start=at - timedelta(minutes=61), end=at, by=ACTOR) == 1
     return Run.objects.get(schedule=s)
 
