@@ -240,6 +240,13 @@ CREATE OR REPLACE FUNCTION {UNSEAL_FUNCTION}() RETURNS trigger LANGUAGE plpgsql 
 BEGIN
     -- A row of a sealed partition became ready or leased again (a manual retry, a backfill into
     -- the past): the dispatch statements must plan this partition again.
+    -- The share lock first, whether the partition is sealed or not: the sealer's update of this
+    -- row then waits for this transaction, and its check sees this row. Without it, a retry
+    -- whose trigger found the partition unsealed (an update matching nothing locks nothing)
+    -- could commit after the sealer's check: a ready run in a sealed partition, never claimed.
+    -- Shared, so the claims of a partition's runs do not wait for each other; it fires only on
+    -- ended partitions (where seal_quiet_partitions put the trigger), never on today's.
+    PERFORM 1 FROM runs_historypartition WHERE name = TG_TABLE_NAME FOR SHARE;
     UPDATE runs_historypartition SET sealed = false WHERE name = TG_TABLE_NAME AND sealed;
     RETURN NULL;
 END $$""")
@@ -366,9 +373,10 @@ _LIVE_IN = "SELECT EXISTS (SELECT 1 FROM {p} WHERE state = 'ready') OR EXISTS (S
 def seal_quiet_partitions(now: datetime) -> list[str]:
     """Seal the runs partitions that have ended (and the kept one) and hold no ready or leased run,
     so the dispatch statements stop planning them. The unseal trigger goes on first, then the flag
-    is set and the partition checked in one transaction: a run made ready in between either shows
-    in the check (the flag is not set) or fires the trigger, whose update of the flag waits for this
-    transaction and undoes it."""
+    is set and the partition checked in one transaction: a run made ready in between either
+    committed before the flag's update (which waits for the trigger's share lock on the catalog
+    row), so the check sees it and the flag is not set, or fires the trigger after, whose update
+    of the flag waits for this transaction and undoes it."""
     sealed = []
     parts = sync_catalog("runs_run")
     current = align(now)
