@@ -42,6 +42,17 @@ VERSIONED_DEFAULTS = {
     "end_at": None,
 }
 TARGET_METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+# Bounds every caller gets here, the portal's form included (the API's serializers say the same at
+# its edge): the columns' widths, and policy values a run can live with. A backoff of 1e308 s
+# overflowed the date arithmetic that schedules a retry, and the worker could then record no result
+# of its batch, any tenant's; a catch-up limit is how many runs one missed window may make.
+MAX_NAME = 200
+MAX_EXPRESSION = 2000
+MAX_URL = 2000
+MAX_CATCHUP_LIMIT = 10_000
+MAX_POLICY_SECONDS = 7 * 86400
+MIN_BACKOFF_SECONDS = 0.001
+
 
 
 @dataclass(frozen=True)
@@ -210,9 +221,15 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Sc
             f"payload is {payload_size(fields['payload'])} bytes; the limit is "
             f"{settings.SCHEDULER_MAX_PAYLOAD_BYTES} (SCHEDULER_MAX_PAYLOAD_BYTES)"
         )
+    if len(fields["name"] or "") > MAX_NAME:
+        err("name", f"name must be at most {MAX_NAME} characters")
+    if len(fields["expression"] or "") > MAX_EXPRESSION:
+        err("expression", f"expression must be at most {MAX_EXPRESSION} characters")
     url = fields["target_url"] or ""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if len(url) > MAX_URL:
+        err("target", f"url must be at most {MAX_URL} characters")
+    elif parts.scheme not in ("http", "https") or not parts.hostname:
         err("target", "url must be an absolute http:// or https:// URL")
     elif not url_allowed(url, tenant.allowed_prefixes()):
         err(
@@ -229,6 +246,13 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Sc
         err("target", f"timeoutSeconds must be between 1 and {timeout_cap} ({timeout_cap // 60} minutes)")
     if fields["backoff_base_seconds"] <= 0 or fields["backoff_max_seconds"] < fields["backoff_base_seconds"]:
         err("retryPolicy", "backoffBaseSeconds must be > 0 and backoffMaxSeconds >= backoffBaseSeconds")
+    elif not (MIN_BACKOFF_SECONDS <= fields["backoff_base_seconds"] and fields["backoff_max_seconds"] <= MAX_POLICY_SECONDS):
+        err("retryPolicy", f"backoffBaseSeconds and backoffMaxSeconds must be between {MIN_BACKOFF_SECONDS} and "
+                           f"{MAX_POLICY_SECONDS} seconds (7 days)")
+    if not 1 <= fields["catchup_limit"] <= MAX_CATCHUP_LIMIT:
+        err("catchupLimit", f"catchupLimit must be between 1 and {MAX_CATCHUP_LIMIT}")
+    if not 0 <= fields["misfire_grace_seconds"] <= MAX_POLICY_SECONDS:
+        err("misfireGraceSeconds", f"misfireGraceSeconds must be between 0 and {MAX_POLICY_SECONDS} (7 days)")
     if not 1 <= fields["max_attempts"] <= 100:
         err("retryPolicy", "maxAttempts must be between 1 and 100")
     if fields["start_at"] and fields["end_at"] and fields["end_at"] <= fields["start_at"]:

@@ -55,6 +55,7 @@ CHOICES = {
 SERVICE_FIELDS = {
     "expression": "expression", "timeZone": "time_zone", "dstPolicy": "dst_skipped", "startAt": "start_at",
     "endAt": "end_at", "target": "target_url", "retryPolicy": "max_attempts", "payload": "payload", "name": "name",
+    "catchupLimit": "catchup_limit", "misfireGraceSeconds": "misfire_grace_seconds",
 }
 
 
@@ -94,7 +95,9 @@ def parse_form(post) -> tuple[dict, dict]:
     given: dict = {}
     errors: dict = {}
     for name in ("name", "expression", "time_zone", "target_url"):
-        given[name] = _text(post, name, 2000).strip().replace("\r\n", "\n")
+        # Not cut to the columns' widths: the service refuses what is too long, with a message
+        # (a cut URL would call somewhere else). RefuseBadTextMiddleware bounds every value.
+        given[name] = _text(post, name).strip().replace("\r\n", "\n")
     for name, choices in CHOICES.items():
         value = _text(post, name, 32) or VERSIONED_DEFAULTS[name]
         if value not in choices:
@@ -115,6 +118,8 @@ def parse_form(post) -> tuple[dict, dict]:
     for name, label in FLOATS.items():
         raw = _text(post, name, 32).strip()
         try:
+            if not raw.isascii() or "_" in raw:
+                raise ValueError  # float() reads "١" and "1_0" too; the API's JSON numbers do not
             value = float(raw) if raw else VERSIONED_DEFAULTS[name]
             if value != value or value in (float("inf"), float("-inf")):
                 raise ValueError

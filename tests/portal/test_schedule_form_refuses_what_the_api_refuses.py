@@ -1,0 +1,79 @@
+"""The portal's schedule form takes only what the API takes: each value the API's serializers
+refuse is refused here too, with a message next to its field, a 400, and nothing stored; nothing is
+cut to fit a column (a cut URL calls somewhere else). The bounds are the service's
+(schedules.services.validate_fields), so every caller has them."""
+
+import pytest
+from django.urls import reverse
+
+from schedules.models import Schedule, ScheduleVersion
+
+pytestmark = pytest.mark.django_db
+
+
+def form(target, tenant=None, **over):
+    data = {"name": "n", "expression": "0 3 * * *", "time_zone": "UTC", "target_url": target.url + "/x",
+            "target_method": "POST", "payload": "{}", "target_headers": "", "max_attempts": "5",
+            "backoff_base_seconds": "1", "backoff_max_seconds": "300", "misfire_policy": "run_once",
+            "misfire_grace_seconds": "60", "catchup_limit": "10", "overlap_policy": "allow",
+            "dst_skipped": "next_valid", "dst_repeated": "earlier"}
+    if tenant is not None:
+        data["tenant"] = str(tenant.id)
+    data.update(over)
+    return data
+
+
+BAD = {
+    # field: (value, words of the message shown next to it)
+    "a name longer than its column": ("name", "n" * 201, "at most 200 characters"),
+    "a URL longer than its column": ("target_url", None, "at most 2000 characters"),
+    "an expression longer than its column": ("expression", "FREQ=DAILY;BYHOUR=3;" + "BYSECOND=0;" * 200,
+                                             "at most 2000 characters"),
+    "a backoff of 1e308 seconds": ("backoff_max_seconds", "1e308", "7 days"),
+    "a backoff base under a millisecond": ("backoff_base_seconds", "0.0001", "between 0.001 and 604800"),
+    "a backoff in Arabic-Indic digits": ("backoff_base_seconds", "١", "give a number of seconds"),
+    "a backoff with an underscore": ("backoff_base_seconds", "1_0", "give a number of seconds"),
+    "a catch-up limit of 0": ("catchup_limit", "0", "catchupLimit must be between 1 and 10000"),
+    "a catch-up limit of a billion": ("catchup_limit", "999999999", "catchupLimit must be between 1 and 10000"),
+    "a misfire grace past a week": ("misfire_grace_seconds", "604801", "misfireGraceSeconds must be between 0"),
+    "a method the API does not call": ("target_method", "TRACE", "choose one of POST"),
+    "an overlap policy that does not exist": ("overlap_policy", "sometimes", "choose one of"),
+}
+
+
+def _value(case, target):
+    field, value, _ = BAD[case]
+    if field == "target_url" and value is None:
+        value = target.url + "/" + "u" * 2001
+    return field, value
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_new_schedule_with_it_is_refused_with_a_message_and_nothing_is_stored(operator, tenant, target, case):
+    field, value = _value(case, target)
+    before = (Schedule.objects.count(), ScheduleVersion.objects.count())
+    resp = operator.post(reverse("schedules-create"), form(target, tenant, **{field: value}))
+    assert resp.status_code == 400
+    html = resp.content.decode()
+    assert BAD[case][2] in html and 'class="field-error"' in html
+    assert (Schedule.objects.count(), ScheduleVersion.objects.count()) == before
+
+
+@pytest.mark.parametrize("case", ["a backoff of 1e308 seconds", "a catch-up limit of a billion",
+                                  "a name longer than its column"])
+def test_an_edit_with_it_is_refused_and_the_schedule_keeps_its_version(acme, schedule, target, case):
+    field, value = _value(case, target)
+    resp = acme.post(reverse("schedules-edit", args=[schedule.id]),
+                     form(target, version=str(schedule.version), **{field: value}))
+    assert resp.status_code == 400 and BAD[case][2] in resp.content.decode()
+    schedule.refresh_from_db()
+    assert schedule.version == 1 and schedule.versions.count() == 1
+
+
+def test_values_at_the_bounds_are_taken(operator, tenant, target):
+    resp = operator.post(reverse("schedules-create"), form(
+        target, tenant, name="n" * 200, backoff_base_seconds="0.001", backoff_max_seconds="604800",
+        catchup_limit="10000", misfire_grace_seconds="604800"))
+    assert resp.status_code == 302
+    v = Schedule.objects.get(tenant=tenant).current
+    assert (len(v.name), v.backoff_max_seconds, v.catchup_limit, v.misfire_grace_seconds) == (200, 604800, 10000, 604800)
