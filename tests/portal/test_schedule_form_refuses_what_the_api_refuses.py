@@ -38,6 +38,12 @@ BAD = {
     "a misfire grace past a week": ("misfire_grace_seconds", "604801", "misfireGraceSeconds must be between 0"),
     "a method the API does not call": ("target_method", "TRACE", "choose one of POST"),
     "an overlap policy that does not exist": ("overlap_policy", "sometimes", "choose one of"),
+    # JSON that Python reads but PostgreSQL cannot store (each was a 500 there).
+    "a payload with NaN": ("payload", '{"a": NaN}', "NaN is not a JSON number"),
+    "a payload with Infinity": ("payload", "[Infinity]", "Infinity is not a JSON number"),
+    "a payload with an escaped NUL": ("payload", '{"a": "\\u0000"}', "may not contain NUL"),
+    "a payload with a lone surrogate": ("payload", '{"a": "\\ud800"}', "valid Unicode"),
+    "a payload nested 100 deep": ("payload", "[" * 100 + "]" * 100, "nested more than 64 levels"),
 }
 
 

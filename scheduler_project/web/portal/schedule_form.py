@@ -22,10 +22,12 @@ from functools import lru_cache
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
+from rest_framework.exceptions import ParseError
 
 from runs import schedule_changes
 from scheduler_project.dbclock import db_now
 from scheduler_project.errors import PayloadTooLarge, ServiceError, StaleVersion, ValidationFailed
+from scheduler_project.web.api.errors import check_json_value
 from scheduler_project.web.access import actor_for, get_scoped, operable_tenant_ids, portal_view, require, scope
 from scheduler_project.web.portal.common import parse_uuid, parse_when, render_view
 from scheduler_project.web.portal.display import TimePrefs
@@ -89,6 +91,10 @@ def headers_text(headers: dict) -> str:
     return "\n".join(f"{k}: {v}" for k, v in (headers or {}).items())
 
 
+def _not_json(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def parse_form(post) -> tuple[dict, dict]:
     """The versioned fields from the form, and {form field: message} for what could not be read.
     Values are checked for meaning by the service; here only for form."""
@@ -133,9 +139,16 @@ def parse_form(post) -> tuple[dict, dict]:
     raw_payload = _text(post, "payload").strip()
     if raw_payload:
         try:
-            given["payload"] = json.loads(raw_payload)
+            # What the API's body parser refuses is refused here too: NaN and Infinity, and (from
+            # check_json_value) NUL, lone surrogates and deep nesting, which PostgreSQL cannot store.
+            given["payload"] = json.loads(raw_payload, parse_constant=_not_json)
+            check_json_value(given["payload"], "payload")
+        except RecursionError:
+            errors["payload"] = "the payload is nested too deeply"
         except ValueError as e:
             errors["payload"] = f"not JSON: {e}"
+        except ParseError as e:
+            errors["payload"] = str(e.detail)
     else:
         given["payload"] = {}
     for name in ("start_at", "end_at"):
