@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
+
+from schedules import timeexpr
 
 MODE_COOKIE = "portal_tz"
 BROWSER_COOKIE = "portal_browser_tz"
@@ -36,14 +38,16 @@ FORMATS = {
 @lru_cache(maxsize=1024)
 def zone(name: str | None) -> ZoneInfo | timezone | None:
     """A zone by IANA name, or None when the name is empty or unknown (never an error: names
-    come from cookies and stored versions)."""
-    if not name or len(name) > 64:
+    come from cookies and stored versions). The time engine's own lookup: the tz database the
+    runs were computed with, and only names it lists (ZoneInfo("Europe"), a folder, raised
+    IsADirectoryError, and a browser-zone cookie holding it made every page a 500)."""
+    if not name:
         return None
     if name == "UTC":
         return UTC
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+        return timeexpr.validate_time_zone(name)
+    except timeexpr.ExpressionError:
         return None
 
 
