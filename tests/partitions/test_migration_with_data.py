@@ -62,6 +62,13 @@ ORDER BY e.pos, n;
 """
 
 
+def digest(c, table, columns) -> str:
+    """md5 of every row of `table` (these columns), in a fixed order."""
+    cols = ", ".join(columns)
+    return c.execute(f"SELECT md5(string_agg(x::text, E'\\n' ORDER BY x::text)) FROM (SELECT {cols} FROM {table}) x"
+                     ).fetchone()[0]
+
+
 def manage(url, *args):
     env = {**os.environ, "DATABASE_URL": url, "SCHEDULER_ALLOW_DEV_SECRET": "1", "DJANGO_SETTINGS_MODULE": "scheduler_project.settings"}
     return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, capture_output=True, text=True,
@@ -88,6 +95,12 @@ def test_migrating_a_database_with_history_keeps_every_row(old_database):
         c.execute(OLD_HISTORY)
         before = {t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                   for t in ("runs_occurrence", "runs_run", "runs_attempt", "runs_outboxevent")}
+        # Every value of every row, not only how many rows: the migration copies by column name
+        # into new tables, and a column copied into the wrong one (or not at all) keeps the counts.
+        columns = {t: [r[0] for r in c.execute(
+            "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum", [t])] for t in before}
+        digest_before = {t: digest(c, t, columns[t]) for t in before}
         max_attempt = c.execute("SELECT max(id) FROM runs_attempt").fetchone()[0]
 
     r = manage(old_database, "migrate")
@@ -96,6 +109,7 @@ def test_migrating_a_database_with_history_keeps_every_row(old_database):
     with psycopg.connect(old_database, autocommit=True) as c:
         after = {t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in before}
         assert after == before == {"runs_occurrence": 480, "runs_run": 480, "runs_attempt": 480, "runs_outboxevent": 1439}
+        assert {t: digest(c, t, columns[t]) for t in before} == digest_before
         partitioned = {r[0] for r in c.execute("SELECT partrelid::regclass::text FROM pg_partitioned_table")}
         assert partitioned == set(before)
         assert c.execute("SELECT count(*) FROM runs_attempt a JOIN runs_run r ON r.id = a.run_id "
