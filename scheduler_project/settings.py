@@ -267,9 +267,11 @@ SCHEDULER_METRICS_ALLOWED_NETWORKS = env.list("SCHEDULER_METRICS_ALLOWED_NETWORK
 # believed only as far as they wrote it (scheduler_project.web.clientaddr). Empty: never believed.
 SCHEDULER_TRUSTED_PROXIES = env.list("SCHEDULER_TRUSTED_PROXIES", default=[])
 SCHEDULER_MAX_REQUEST_BYTES = env.int("SCHEDULER_MAX_REQUEST_BYTES", default=2 * SCHEDULER_MAX_PAYLOAD_BYTES + 65536)
-# Django reads a body whole up to this before a view sees it: never below the API's own limit,
+# POST /api/v1/schedules/batch: up to 1,000 schedules of a few KiB each.
+SCHEDULER_MAX_BATCH_REQUEST_BYTES = env.int("SCHEDULER_MAX_BATCH_REQUEST_BYTES", default=4 * 1024 * 1024)
+# Django reads a body whole up to this before a view sees it: never below the API's own limits,
 # which scheduler_project.web.bodylimit checks first (the portal's forms are far smaller).
-DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, SCHEDULER_MAX_REQUEST_BYTES)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, SCHEDULER_MAX_REQUEST_BYTES, SCHEDULER_MAX_BATCH_REQUEST_BYTES)
 SCHEDULER_OUTBOX_ALERT_SECONDS = env.int("SCHEDULER_OUTBOX_ALERT_SECONDS", default=300)
 SCHEDULER_RELAY_BATCH = env.int("SCHEDULER_RELAY_BATCH", default=100)
 SCHEDULER_RELAY_TIMEOUT_SECONDS = env.float("SCHEDULER_RELAY_TIMEOUT_SECONDS", default=10.0)

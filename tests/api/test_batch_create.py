@@ -83,7 +83,7 @@ def test_a_body_without_a_list_of_schedules_is_a_400(api, body):
 
 
 def test_more_than_the_limit_is_refused_whole(api, tenant, target, settings):
-    settings.SCHEDULER_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+    settings.SCHEDULER_MAX_BATCH_REQUEST_BYTES = 8 * 1024 * 1024
     items = [schedule_body(target) for _ in range(MAX_BATCH + 1)]
     resp = batch(api, items)
     assert resp.status_code == 400 and "schedules" in resp.json()["errors"]
@@ -232,3 +232,25 @@ def test_a_batch_is_one_transaction_a_failed_insert_leaves_nothing(api, tenant, 
         schedule_changes.create_schedules(tenant, [{"expression": "0 * * * *", "time_zone": "UTC",
                                                     "target_url": target.url + "/hook"}] * 3, by=ACTOR, now=db_now())
     assert not Schedule.objects.filter(tenant=tenant).exists() and not ScheduleVersion.objects.exists()
+
+
+def test_a_full_batch_of_ordinary_schedules_fits_the_batch_body_limit(api, tenant, target, settings):
+    # 1,000 items with a payload of about 1 KiB each: far over the single request's limit, within
+    # the batch's own.
+    settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT = 0
+    items = [schedule_body(target, name=f"full-{i}", payload={"report": "x" * 1000, "n": i}) for i in range(MAX_BATCH)]
+    resp = batch(api, items)
+    assert resp.status_code == 201, resp.content[:300]
+    assert Schedule.objects.filter(tenant=tenant, name__startswith="full-").count() == MAX_BATCH
+
+
+def test_a_batch_body_over_the_batch_limit_is_a_413_and_stores_nothing(api, tenant, target, settings):
+    settings.SCHEDULER_MAX_BATCH_REQUEST_BYTES = 300_000
+    items = [schedule_body(target, name=f"big-{i}", payload={"report": "x" * 1000}) for i in range(400)]
+    resp = batch(api, items)
+    assert resp.status_code == 413 and "limit is 300000 bytes" in resp.json()["error"]
+    # The single request's limit is not the batch's: a single create over it is still a 413.
+    settings.SCHEDULER_MAX_REQUEST_BYTES = 1000
+    one = api.post("/api/v1/schedules", schedule_body(target, payload={"report": "x" * 2000}), format="json")
+    assert one.status_code == 413
+    assert not Schedule.objects.filter(tenant=tenant).exists()

@@ -41,7 +41,7 @@ def test_a_payload_over_the_limit_is_a_413_on_edit_too(api, target, schedule, se
 
 def test_a_huge_raw_body_is_refused_by_its_content_length_before_it_is_read(api, settings):
     settings.SCHEDULER_MAX_PAYLOAD_BYTES = 1000
-    from scheduler_project.web.api.errors import max_request_bytes
+    from scheduler_project.web.bodylimit import max_request_bytes
 
     raw = b'{"expression": "' + b"a" * (max_request_bytes() + 10) + b'"}'
     for path in ("/api/v1/schedules", "/api/v1/expressions/preview"):
@@ -54,7 +54,8 @@ def test_a_body_whose_content_length_understates_it_is_still_capped(api, setting
     """A lying or missing Content-Length must not let the parser read an unbounded body."""
     from io import BytesIO
 
-    from scheduler_project.web.api.errors import LimitedJSONParser, max_request_bytes
+    from scheduler_project.web.api.errors import LimitedJSONParser
+    from scheduler_project.web.bodylimit import max_request_bytes
     from scheduler_project.errors import PayloadTooLarge
 
     settings.SCHEDULER_MAX_PAYLOAD_BYTES = 100

@@ -21,7 +21,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_handler
 
 from scheduler_project.errors import PayloadTooLarge, ServiceError, ValidationFailed
-from scheduler_project.web.bodylimit import max_request_bytes
+from scheduler_project.web.bodylimit import limit_for
 from schedules import timeexpr
 
 log = logging.getLogger("scheduler.api")
@@ -34,8 +34,7 @@ MAX_JSON_DEPTH = 64
 MAX_JSON_INT = 2**63 - 1
 
 
-def _too_large(size_text: str) -> PayloadTooLarge:
-    limit = max_request_bytes()
+def _too_large(size_text: str, limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"the request body is {size_text}; the limit is {limit} bytes "
         f"(a schedule's payload may be at most {settings.SCHEDULER_MAX_PAYLOAD_BYTES} bytes)"
@@ -83,23 +82,23 @@ def _check_string(s: str, where: str) -> None:
 
 
 class LimitedJSONParser(JSONParser):
-    """JSON bodies only, at most `max_request_bytes()`: the Content-Length is checked before a byte
+    """JSON bodies only, at most the path's body limit (bodylimit.limit_for): the Content-Length is checked before a byte
     is read, and the read itself is capped, so a chunked or lying body is bounded too."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         parser_context = parser_context or {}
         request = parser_context.get("request")
-        limit = max_request_bytes()
+        limit = limit_for(getattr(request, "path", "/api/"))
         meta = getattr(request, "META", {}) if request is not None else {}
         try:
             declared = int(meta.get("CONTENT_LENGTH") or 0)
         except (TypeError, ValueError):
             declared = 0
         if declared > limit:
-            raise _too_large(f"{declared} bytes")
+            raise _too_large(f"{declared} bytes", limit)
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
-            raise _too_large(f"over {limit} bytes")
+            raise _too_large(f"over {limit} bytes", limit)
         if not raw.strip():
             return {}
         encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
@@ -120,7 +119,9 @@ class LimitedJSONParser(JSONParser):
 def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):
         # RequestBodyLimitMiddleware refuses these first; kept so the answer never depends on it.
-        return Response({"error": _too_large("over the limit").message}, status=413)
+        request = context.get("request")
+        limit = limit_for(getattr(request, "path", "/api/"))
+        return Response({"error": _too_large("over the limit", limit).message}, status=413)
     if isinstance(exc, SuspiciousOperation):
         return Response({"error": f"bad request: {exc}"}, status=400)
     if isinstance(exc, ValidationFailed):
