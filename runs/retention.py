@@ -95,17 +95,19 @@ def set_policy(tenant: Tenant, *, finished_days: int | None, dead_days: int | No
 
 # Each part is backed by an index of the partition: the ready and leased partial indexes, run_dead_idx,
 # run_retried_idx, run_tenant_time_idx. `live` marks rows that may still change before the swap.
+# `{only}` restricts every part to some ids (the swap's re-copy under the lock: the few runs that
+# changed while it staged, so that what the lock costs follows them, not every survivor); "" for all.
 _RUN_SURVIVORS = """
-SELECT id, true AS live FROM {src} WHERE state = 'ready'
-UNION ALL SELECT id, true FROM {src} WHERE state = 'leased'
+SELECT id, true AS live FROM {src} WHERE state = 'ready'{only}
+UNION ALL SELECT id, true FROM {src} WHERE state = 'leased'{only}
 UNION ALL SELECT r.id, false FROM {src} r
     LEFT JOIN unnest(%(dead_t)s::uuid[], %(dead_cut)s::timestamptz[]) AS d(t, cut) ON d.t = r.tenant_id
-    WHERE r.state = 'dead' AND r.finished_at >= coalesce(d.cut, %(dead_default)s)
+    WHERE r.state = 'dead' AND r.finished_at >= coalesce(d.cut, %(dead_default)s){only}
 UNION ALL SELECT r.id, false FROM {src} r
     LEFT JOIN unnest(%(fin_t)s::uuid[], %(fin_cut)s::timestamptz[]) AS f(t, cut) ON f.t = r.tenant_id
-    WHERE r.retried_at IS NOT NULL AND r.retried_at >= coalesce(f.cut, %(fin_default)s)
+    WHERE r.retried_at IS NOT NULL AND r.retried_at >= coalesce(f.cut, %(fin_default)s){only}
 UNION ALL SELECT r.id, false FROM unnest(%(long_t)s::uuid[], %(long_cut)s::timestamptz[]) AS l(t, cut)
-    JOIN {src} r ON r.tenant_id = l.t AND r.scheduled_time >= l.cut AND r.state <> 'dead'
+    JOIN {src} r ON r.tenant_id = l.t AND r.scheduled_time >= l.cut AND r.state <> 'dead'{only}
 """
 # Rows that may have changed since staging: live then (kept in the ids table), live now, retried lately.
 _RUN_CHANGED = """
@@ -113,7 +115,7 @@ SELECT id FROM {src} WHERE state = 'ready'
 UNION SELECT id FROM {src} WHERE state = 'leased'
 UNION SELECT id FROM {src} WHERE retried_at >= %(staged_at)s - make_interval(secs => %(slack)s)
 """
-_EVENT_SURVIVORS = "SELECT id, true AS live FROM {src} WHERE published_at IS NULL"
+_EVENT_SURVIVORS = "SELECT id, true AS live FROM {src} WHERE published_at IS NULL{only}"
 _EVENT_CHANGED = "SELECT id FROM {src} WHERE published_at IS NULL"
 
 
@@ -186,7 +188,7 @@ def _kept_has_expired(group: str, kept: str, p: Policy, now: datetime) -> bool:
     params = _run_params(p, now) if group == "runs" else {}
     sql = _RUN_SURVIVORS if group == "runs" else _EVENT_SURVIVORS
     with connection.cursor() as cur:
-        cur.execute(f"SELECT count(DISTINCT id) FROM ({sql.format(src=q(kept))}) s", params)
+        cur.execute(f"SELECT count(DISTINCT id) FROM ({sql.format(src=q(kept), only='')}) s", params)
         return cur.fetchone()[0] < total
 
 
@@ -197,7 +199,7 @@ def count_survivors(group: str, sources, params: dict) -> int:
     with connection.cursor() as cur:
         total = 0
         for src in sources:
-            cur.execute(f"SELECT count(DISTINCT id) FROM ({sql.format(src=q(src))}) s", params)
+            cur.execute(f"SELECT count(DISTINCT id) FROM ({sql.format(src=q(src), only='')}) s", params)
             total += cur.fetchone()[0]
     return total
 
