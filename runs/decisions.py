@@ -21,7 +21,7 @@ from runs.models import TERMINAL_STATES, AttemptOutcome, EventKind, Occurrence, 
 from schedules import timeexpr
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleVersion
 from schedules.occurrences import ONE_US, walk
-from schedules.services import rule_for
+from schedules.services import MAX_POLICY_SECONDS, rule_for
 from schedules.targets import target_host
 
 # A buffered run (overlap buffer_one) waits with this eligibility until the run before it ends.
@@ -88,8 +88,12 @@ EVIDENCE = (
 
 
 def backoff_seconds(attempt: int, base: float, cap: float) -> float:
-    """Full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]."""
-    return random.uniform(0, min(cap, base * 2 ** (max(1, attempt) - 1)))
+    """Full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]. Never beyond the longest
+    policy a schedule may set, whatever a stored version says: a version saved before that bound
+    existed (a backoff of 1e308 s) made the next eligible time overflow in the database, and with
+    it every result of the worker's batch, for every tenant."""
+    exponent = min(max(1, attempt) - 1, 64)  # 2**64 times any allowed base is past the bound
+    return random.uniform(0, min(cap, base * 2.0 ** exponent, MAX_POLICY_SECONDS))
 
 
 def retry_delay(attempts_used, max_attempts, retryable, base, cap, retry_after=None) -> float | None:

@@ -54,7 +54,6 @@ MAX_POLICY_SECONDS = 7 * 86400
 MIN_BACKOFF_SECONDS = 0.001
 
 
-
 @dataclass(frozen=True)
 class Actor:
     """Who made a change and from where, for the audit log and version history."""

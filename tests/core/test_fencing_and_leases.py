@@ -169,3 +169,24 @@ def test_a_heartbeat_extends_only_the_leases_its_worker_still_holds(tenant, targ
     leases = dict(Run.objects.filter(id__in=claims).values_list("id", "lease_until"))
     assert leases[kept.id].year > 2000  # extended from the database clock
     assert leases[lost_gen.id].year == leases[other.id].year == 2000  # neither touched
+
+
+def test_a_stored_huge_backoff_cannot_stop_a_batch_of_results_from_being_recorded(tenant, other_tenant, target):
+    # A version saved before the policy bounds existed: its backoff would put the retry past the
+    # end of the calendar, and the database refused the whole batch's completion (every tenant's
+    # results in it) again and again.
+    from schedules.models import ScheduleVersion
+    from schedules.services import MAX_POLICY_SECONDS
+
+    huge = one_ready_run(tenant, target)
+    ScheduleVersion.objects.filter(id=huge.version_id).update(backoff_base_seconds=1e308, backoff_max_seconds=1e308)
+    other = one_ready_run(other_tenant, target)
+    target.status = 503
+    run_worker("w", once=True, poll_seconds=0)
+    huge.refresh_from_db()
+    other.refresh_from_db()
+    assert huge.state == "ready" and huge.attempts_used == 1
+    assert other.state == "ready" and other.attempts_used == 1
+    finished = Attempt.objects.get(run=huge).finished_at
+    assert 0 <= (huge.next_eligible_at - finished).total_seconds() <= MAX_POLICY_SECONDS + 1
+    assert all(queue.backoff_seconds(n, 1e308, 1e308) <= MAX_POLICY_SECONDS for n in (1, 2, 50, 10**6))
