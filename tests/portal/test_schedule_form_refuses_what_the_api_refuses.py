@@ -83,3 +83,34 @@ def test_values_at_the_bounds_are_taken(operator, tenant, target):
     assert resp.status_code == 302
     v = Schedule.objects.get(tenant=tenant).current
     assert (len(v.name), v.backoff_max_seconds, v.catchup_limit, v.misfire_grace_seconds) == (200, 604800, 10000, 604800)
+
+
+def test_a_payload_as_large_as_the_api_takes_can_be_saved_and_edited_in_the_form(acme, schedule, target, settings):
+    # The form shows the payload pretty-printed; the text middleware's 4,000-character bound for
+    # form values refused every edit of a schedule whose payload the API had taken.
+    import json
+
+    payload = {"rows": ["x" * 90 for _ in range(500)]}  # ~47 KB of JSON, under the 64 KiB limit
+    text = json.dumps(payload, indent=2)
+    assert 4000 < len(text) < settings.SCHEDULER_MAX_PAYLOAD_BYTES
+    resp = acme.post(reverse("schedules-edit", args=[schedule.id]),
+                     form(target, version=str(schedule.version), payload=text, expression="0 4 * * *"))
+    assert resp.status_code == 302, resp.content[:300]
+    schedule.refresh_from_db()
+    assert schedule.version == 2 and schedule.current.payload == payload
+
+
+def test_a_payload_over_the_limit_is_refused_by_the_form_and_far_over_it_before_the_view(operator, tenant, target,
+                                                                                        settings):
+    import json
+
+    over = json.dumps({"blob": "x" * (settings.SCHEDULER_MAX_PAYLOAD_BYTES + 10)})
+    resp = operator.post(reverse("schedules-create"), form(target, tenant, payload=over))
+    assert resp.status_code == 400 and 'class="field-error"' in resp.content.decode()
+    huge = json.dumps({"blob": "x" * (3 * settings.SCHEDULER_MAX_PAYLOAD_BYTES)})
+    resp = operator.post(reverse("schedules-create"), form(target, tenant, payload=huge))
+    assert resp.status_code == 400 and "payload field is longer than" in resp.content.decode()
+    # Any other field keeps the short bound.
+    resp = operator.post(reverse("schedules-create"), form(target, tenant, name="n" * 5000))
+    assert resp.status_code == 400 and "longer than 4000 characters" in resp.content.decode()
+    assert not Schedule.objects.exists()

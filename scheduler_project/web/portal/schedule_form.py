@@ -31,6 +31,7 @@ from scheduler_project.web.api.errors import check_json_value
 from scheduler_project.web.access import actor_for, get_scoped, operable_tenant_ids, portal_view, require, scope
 from scheduler_project.web.portal.common import parse_uuid, parse_when, render_view
 from scheduler_project.web.portal.display import TimePrefs
+from scheduler_project.web.textinput import long_value_limit
 from schedules import timeexpr
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, Tenant
 from schedules.services import TARGET_METHODS, VERSIONED_DEFAULTS, default_timeout_seconds
@@ -38,7 +39,6 @@ from schedules.services import TARGET_METHODS, VERSIONED_DEFAULTS, default_timeo
 PREVIEW_COUNT = 10
 DST_SKIPPED = ("next_valid", "shift", "skip")
 DST_REPEATED = ("earlier", "later", "both")
-MAX_FIELD = 70_000
 INTS = {
     "target_timeout_seconds": "Timeout",
     "max_attempts": "Attempts",
@@ -66,8 +66,9 @@ def zone_names() -> list[str]:
     return sorted(z for z in zoneinfo.available_timezones() if "/" in z or z == "UTC")
 
 
-def _text(post, name, limit=MAX_FIELD) -> str:
-    return str(post.get(name, ""))[:limit]
+def _text(post, name, limit: int | None = None) -> str:
+    """A form value, bounded (scheduler_project.web.textinput refuses longer ones before the view)."""
+    return str(post.get(name, ""))[:limit or long_value_limit()]
 
 
 def parse_headers(text: str) -> tuple[dict, str | None]:
@@ -224,7 +225,7 @@ def _form_context(request, values, errors, **extra) -> dict:
 
 
 def _values_from_post(post, given) -> dict:
-    values = {k: _text(post, k, 70_000) for k in post.keys() if k != "csrfmiddlewaretoken"}
+    values = {k: _text(post, k) for k in post.keys() if k != "csrfmiddlewaretoken"}
     values["start_at"], values["end_at"] = given.get("start_at"), given.get("end_at")
     values["start_at_text"], values["end_at_text"] = _text(post, "start_at", 64), _text(post, "end_at", 64)
     return values
