@@ -252,6 +252,18 @@ BEGIN
 END $$""")
 
 
+def _split_off(cur, table: str, source: str, lo: datetime, hi: datetime) -> int:
+    """Make `table`'s regular partition [lo, hi) and move into it the rows of that range from
+    `source` (a detached catch-all or kept partition); returns how many rows moved. Under the
+    group's lock (ensure_ahead, extend_back)."""
+    name = partition_name(table, lo)
+    _exec(cur, f"CREATE TABLE {q(name)} PARTITION OF {table} FOR VALUES FROM ({_bound(lo, '')}) TO ({_bound(hi, '')})")
+    name_child_indexes(cur, name)
+    _exec(cur, f"WITH m AS (DELETE FROM {q(source)} WHERE {KEY[table]} >= %s AND {KEY[table]} < %s RETURNING *) "
+               f"INSERT INTO {q(name)} SELECT * FROM m", [lo, hi])
+    return max(cur.rowcount, 0)
+
+
 # --- making partitions ahead ----------------------------------------------------------------------
 
 
@@ -285,17 +297,11 @@ def ensure_ahead(now: datetime, *, until: datetime | None = None) -> EnsureResul
         with transaction.atomic(), connection.cursor() as cur:
             _lock_group(cur, group)
             for t in tables:
-                key, fut = KEY[t], future[t].name
+                fut = future[t].name
                 _exec(cur, f"ALTER TABLE {t} DETACH PARTITION {q(fut)}")
                 for lo, hi in bounds:
-                    name = partition_name(t, lo)
-                    _exec(cur, f"CREATE TABLE {q(name)} PARTITION OF {t} FOR VALUES FROM ({_bound(lo, '')}) "
-                               f"TO ({_bound(hi, '')})")
-                    name_child_indexes(cur, name)
-                    _exec(cur, f"WITH m AS (DELETE FROM {q(fut)} WHERE {key} >= %s AND {key} < %s RETURNING *) "
-                               f"INSERT INTO {q(name)} SELECT * FROM m", [lo, hi])
-                    out.moved_from_future += cur.rowcount if cur.rowcount > 0 else 0
-                    out.created.append(name)
+                    out.moved_from_future += _split_off(cur, t, fut, lo, hi)
+                    out.created.append(partition_name(t, lo))
                 # Rows older than the new partitions cannot be in _future (its lower bound was
                 # `start`); rows beyond them stay.
                 _exec(cur, f"ALTER TABLE {t} ATTACH PARTITION {q(fut)} FOR VALUES FROM ({_bound(bounds[-1][1], '')}) "
@@ -328,13 +334,8 @@ def extend_back(start: datetime) -> list[str]:
                 lo = start
                 while lo < top:
                     hi = min(align(lo) + width(), top)
-                    name = partition_name(t, lo)
-                    _exec(cur, f"CREATE TABLE {q(name)} PARTITION OF {t} FOR VALUES FROM ({_bound(lo, '')}) "
-                               f"TO ({_bound(hi, '')})")
-                    name_child_indexes(cur, name)
-                    _exec(cur, f"WITH m AS (DELETE FROM {q(kept.name)} WHERE {KEY[t]} >= %s AND {KEY[t]} < %s RETURNING *) "
-                               f"INSERT INTO {q(name)} SELECT * FROM m", [lo, hi])
-                    made.append(name)
+                    _split_off(cur, t, kept.name, lo, hi)
+                    made.append(partition_name(t, lo))
                     lo = hi
                 _exec(cur, f"ALTER TABLE {t} ATTACH PARTITION {q(kept.name)} FOR VALUES FROM (MINVALUE) "
                            f"TO ({_bound(start, '')})")

@@ -183,13 +183,7 @@ def _kept_has_expired(group: str, kept: str, p: Policy, now: datetime) -> bool:
     with connection.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {q(kept)}")
         total = cur.fetchone()[0]
-    if not total:
-        return False
-    params = _run_params(p, now) if group == "runs" else {}
-    sql = _RUN_SURVIVORS if group == "runs" else _EVENT_SURVIVORS
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT count(DISTINCT id) FROM ({sql.format(src=q(kept), only='')}) s", params)
-        return cur.fetchone()[0] < total
+    return bool(total) and count_survivors(group, [kept], _run_params(p, now) if group == "runs" else {}) < total
 
 
 def count_survivors(group: str, sources, params: dict) -> int:
