@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
+from runs.stats import percentile
 from schedules import timeexpr
 
 MODE_COOKIE = "portal_tz"
@@ -198,14 +199,6 @@ def change_lines(before, after) -> list[ChangeLine]:
 # --- per-schedule figures from ScheduleActivity.recent -------------------------------------------
 
 
-def nearest_rank(sorted_values: list, q: float):
-    if not sorted_values:
-        return None
-    import math
-
-    return sorted_values[max(1, math.ceil(q * len(sorted_values))) - 1]
-
-
 @dataclass
 class ScheduleFigures:
     attempts: int
@@ -231,7 +224,7 @@ def schedule_figures(row) -> ScheduleFigures | None:
     return ScheduleFigures(
         attempts=len(counted),
         success_rate=(ok / len(counted)) if counted else None,
-        p95_ms=nearest_rank(latencies, 0.95),
+        p95_ms=percentile(latencies, 0.95),
         outcomes=recent,
         last_outcome=row.last_outcome,
         last_http_status=row.last_http_status,

@@ -236,7 +236,7 @@ def schedule_create(request):
     tenants = _operable_tenants(request)
     if not tenants.exists():
         raise PermissionDenied("your account may not create schedules")
-    tenant_list = list(tenants[:500])
+    tenant_list = list(tenants.prefetch_related("targets")[:500])
     if request.method != "POST":
         prefs = TimePrefs.of(request)
         chosen = parse_uuid(request.GET.get("tenant"))
