@@ -33,7 +33,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def running(loop, *, fast=True, monkeypatch=None):
     """The loop on its own thread through run_loop, stopped (and joined) on exit."""
     stop = threading.Event()
-    t = threading.Thread(target=run_loop, args=(loop,), kwargs={"stop": stop}, daemon=True)
+
+    def loop_thread():
+        try:
+            run_loop(loop, stop=stop)
+        finally:
+            connections.close_all()  # this thread's sessions, or the test database cannot be dropped
+
+    t = threading.Thread(target=loop_thread, daemon=True)
     t.start()
     try:
         yield stop
