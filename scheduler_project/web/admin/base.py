@@ -8,6 +8,7 @@ own model permissions still work on top, for accounts an administrator set up by
 from datetime import timezone
 
 from django.contrib import admin
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
 from scheduler_project.web.access import has_operator_permission, is_operator
@@ -31,7 +32,7 @@ def _with_zones(model, names):
     for name in names:
         try:
             field = model._meta.get_field(name) if isinstance(name, str) else None
-        except Exception:
+        except FieldDoesNotExist:  # a method or callable column, shown as it is
             field = None
         out.append(_utc_column(field) if isinstance(field, models.DateTimeField) else name)
     return out
