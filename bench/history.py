@@ -213,6 +213,7 @@ def sizes(runs: int) -> dict:
         heap, idx, rows = C.sql(
             "SELECT sum(pg_table_size(inhrelid)), sum(pg_indexes_size(inhrelid)), sum(c.reltuples) "
             "FROM pg_inherits JOIN pg_class c ON c.oid = inhrelid WHERE inhparent = %s::regclass", [t])[0]
+        heap, idx = float(heap or 0), float(idx or 0)  # sum() of bigint is numeric: a Decimal
         out[t] = {"heap_mb_per_m": heap / runs * 1e6 / 2**20, "index_mb_per_m": idx / runs * 1e6 / 2**20,
                   "rows": int(rows)}
     return out

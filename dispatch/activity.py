@@ -33,7 +33,7 @@ from django.db import transaction
 
 from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMinute, ActivityPending,
                              ScheduleActivity)
-from runs.models import Attempt, AttemptOutcome, RunKind
+from runs.models import Attempt, AttemptOutcome, RunKind, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
 
 log = logging.getLogger("scheduler.activity")
@@ -229,7 +229,7 @@ class ActivityAggregator:
                    [:self.pending_batch])
         if not ids:
             return
-        rows = {a["id"]: a for a in Attempt.objects.filter(id__in=ids).values(*FIELDS)}
+        rows = {a["id"]: a for a in attempts_with_their_runs(Attempt.objects.filter(id__in=ids)).values(*FIELDS)}
         done = []
         for attempt_id in ids:
             a = rows.get(attempt_id)
@@ -242,7 +242,8 @@ class ActivityAggregator:
             ActivityPending.objects.filter(attempt_id__in=done).delete()
 
     def _after_watermark(self, cursor: ActivityCursor, now: datetime, tally: _Tally) -> bool:
-        rows = list(Attempt.objects.filter(id__gt=cursor.watermark).order_by("id").values(*FIELDS)[:self.batch])
+        rows = list(attempts_with_their_runs(Attempt.objects.filter(id__gt=cursor.watermark))
+                    .order_by("id").values(*FIELDS)[:self.batch])
         settled_before = now - self.settle
         parked = []
         for a in rows:

@@ -268,6 +268,15 @@ class Attempt(models.Model):
         return f"attempt {self.run_id}#{self.generation}"
 
 
+
+def attempts_with_their_runs(attempts):
+    """`attempts` joined to their runs on the partition key as well as the id (the two always
+    agree: the claim copies the run's scheduled time into the attempt). With the id alone,
+    PostgreSQL probes every runs partition for each attempt; with the key it probes the one that
+    holds the run. For querysets that read run__ fields."""
+    return attempts.filter(run__scheduled_time=F("scheduled_time"))
+
+
 class OutboxEvent(models.Model):
     """A run transition, written in the transaction that made it; the relay publishes it."""
 

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Max, Min, Q
 
-from runs.models import Attempt, AttemptOutcome, OutboxEvent, Run, RunKind, RunState
+from runs.models import Attempt, AttemptOutcome, OutboxEvent, Run, RunKind, RunState, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
 from schedules.models import Tenant
 
@@ -59,8 +59,12 @@ def recent_attempt_floor(limit: int = ATTEMPT_SAMPLE) -> int:
     return row[0] if row else 0
 
 
-def _recent_attempts(tenant_ids, floor: int):
+def _recent_attempts(tenant_ids, floor: int, *, with_runs: bool = False):
+    """The attempts tail from `floor`, of `tenant_ids` (None: all); joined to their runs (for run__
+    fields) when `with_runs` or a tenant filter needs them."""
     qs = Attempt.objects.filter(id__gte=floor)
+    if with_runs or tenant_ids is not None:
+        qs = attempts_with_their_runs(qs)
     return qs if tenant_ids is None else qs.filter(run__tenant_id__in=list(tenant_ids))
 
 
@@ -88,10 +92,11 @@ def lag_samples(*, tenant_ids=None, now: datetime | None = None, floor: int | No
     now = now or db_now()
     floor = recent_attempt_floor() if floor is None else floor
     rows = (
-        _recent_attempts(tenant_ids, floor)
+        _recent_attempts(tenant_ids, floor, with_runs=True)
         .filter(generation=1, started_at__gte=now - LAG_WINDOW)
         .exclude(run__kind=RunKind.BACKFILL)
-        .values_list("started_at", "run__scheduled_time")
+        .order_by()  # sorted below; the model's ordering would sort by the runs' columns first
+        .values_list("started_at", "scheduled_time")
     )
     lags, recent = [], []
     for started, scheduled in rows:
@@ -229,7 +234,7 @@ def attempt_figures(*, tenant_ids=None, now: datetime | None = None, floor: int 
         unknown=Count("id", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
         oldest=Min("finished_at", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
     )
-    oldest_in_sample = Attempt.objects.filter(id=floor).values_list("started_at", flat=True).first() if floor else None
+    oldest_in_sample = Attempt.objects.filter(id=floor).order_by("id").values_list("started_at", flat=True).first() if floor else None
     capped = bool(oldest_in_sample and oldest_in_sample > now - UNKNOWN_WINDOW)
     return AttemptFigures(lease_expirations_last_hour=agg["lease"], unknown_last_day=agg["unknown"], capped=capped,
                           oldest_unknown_at=agg["oldest"])
@@ -292,7 +297,7 @@ def failing_targets(*, tenant_ids=None, now: datetime | None = None, limit: int 
     now = now or db_now()
     floor = recent_attempt_floor() if floor is None else floor
     rows = (
-        _recent_attempts(tenant_ids, floor)
+        _recent_attempts(tenant_ids, floor, with_runs=True)
         .filter(finished_at__gt=now - RECENT)
         .values("run__version__target_url")
         .annotate(

@@ -25,7 +25,8 @@ def finished_attempt(schedule, *, outcome=AttemptOutcome.SUCCEEDED, lag=2.0, lat
                      generation=1, error=""):
     run = trigger_schedule(schedule, by=ACTOR)
     started = run.scheduled_time + timedelta(seconds=lag) - timedelta(seconds=ago)
-    Run.objects.filter(id=run.id).update(scheduled_time=run.scheduled_time - timedelta(seconds=ago))
+    run.scheduled_time -= timedelta(seconds=ago)  # the attempt copies its run's (the partition key)
+    Run.objects.filter(id=run.id).update(scheduled_time=run.scheduled_time)
     return Attempt.objects.create(run=run, generation=generation, worker_id="w:1", started_at=started,
                                   finished_at=started + timedelta(milliseconds=latency or 5), outcome=outcome,
                                   http_status=status, latency_ms=latency, error=error)
