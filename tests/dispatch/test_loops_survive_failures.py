@@ -288,3 +288,29 @@ def test_the_scheduler_command_exits_non_zero_when_one_of_its_loops_dies(tenant)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "the relay loop died" in done.stderr
     assert time.monotonic() - started < 40
+
+
+@pytest.mark.postgresql_only("terminates the step's PostgreSQL session with pg_terminate_backend")
+def test_an_activity_step_whose_session_is_terminated_mid_transaction_counts_each_attempt_once(
+        tenant, target, monkeypatch):
+    # After the step has read the attempts (joined to their runs) and before its counts are written.
+    from dispatch import activity
+    from dispatch.models import ALL_TENANTS, ActivityMinute
+
+    schedules = [make_schedule(tenant, target.url + f"/a{i}") for i in range(3)]
+    for s in schedules:
+        make_due(s)
+    loops.drain(loops.scan_step)
+    claimed = queue.claim("w-1", 10)
+    queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200) for c in claimed])
+    cut = TerminateMidStep(activity._Tally.apply)
+    monkeypatch.setattr(activity._Tally, "apply", lambda self: cut(self))
+
+    def counted():
+        return sum(r.succeeded for r in ActivityMinute.objects.filter(tenant_id=ALL_TENANTS))
+
+    with running(activity.ActivityAggregator(settle=timedelta(0))):
+        wait_for(lambda: counted() >= 3, what="the activity loop to count the attempts")
+        time.sleep(0.5)  # further passes count nothing twice
+    assert cut.terminated == 1
+    assert counted() == 3
