@@ -17,14 +17,14 @@ from django.http import HttpResponseBadRequest
 MAX_VALUE_LENGTH = 4000
 # Form fields (POST) that carry a schedule's payload or headers: their own, longer limit.
 LONG_FIELDS = ("payload", "target_headers")
+NUL_MESSAGE = ("A field of this request contains a NUL character (\\x00, %00), which cannot be stored or "
+               "searched for. Remove it and try again.")
+LONG_MESSAGE = f"A field of this request is longer than {MAX_VALUE_LENGTH} characters. Shorten it and try again."
 
 
 def long_value_limit() -> int:
     """The most characters of a payload or headers field: the payload limit, pretty-printed."""
     return 2 * settings.SCHEDULER_MAX_PAYLOAD_BYTES + 4096
-NUL_MESSAGE = ("A field of this request contains a NUL character (\\x00, %00), which cannot be stored or "
-               "searched for. Remove it and try again.")
-LONG_MESSAGE = f"A field of this request is longer than {MAX_VALUE_LENGTH} characters. Shorten it and try again."
 
 
 def problem(data, long_fields=()) -> str | None:

@@ -15,7 +15,8 @@ from rest_framework.exceptions import ErrorDetail
 from rest_framework.settings import api_settings
 
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleStatus
-from schedules.services import TARGET_METHODS
+from schedules.services import (MAX_CATCHUP_LIMIT, MAX_EXPRESSION, MAX_NAME, MAX_POLICY_SECONDS, MAX_URL,
+                                MIN_BACKOFF_SECONDS, TARGET_METHODS)
 from schedules.targets import MAX_HEADER_VALUE, target_header_problems
 from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES
 
@@ -125,7 +126,7 @@ class HeaderValueField(serializers.CharField):
 
 @extend_schema_serializer(component_name="Target")
 class TargetIn(StrictSerializer):
-    url = StrictCharField(max_length=2000)
+    url = StrictCharField(max_length=MAX_URL)
     method = serializers.ChoiceField(choices=_uniq(TARGET_METHODS), required=False)
     headers = serializers.DictField(child=HeaderValueField(), required=False,
                                     help_text="header names to string values")
@@ -143,8 +144,8 @@ class TargetIn(StrictSerializer):
 @extend_schema_serializer(component_name="RetryPolicy")
 class RetryPolicyIn(StrictSerializer):
     maxAttempts = StrictIntegerField(min_value=1, max_value=100, required=False)
-    backoffBaseSeconds = StrictFloatField(min_value=0.001, max_value=86400 * 7, required=False)
-    backoffMaxSeconds = StrictFloatField(min_value=0.001, max_value=86400 * 7, required=False)
+    backoffBaseSeconds = StrictFloatField(min_value=MIN_BACKOFF_SECONDS, max_value=MAX_POLICY_SECONDS, required=False)
+    backoffMaxSeconds = StrictFloatField(min_value=MIN_BACKOFF_SECONDS, max_value=MAX_POLICY_SECONDS, required=False)
 
 
 @extend_schema_serializer(component_name="DstPolicy")
@@ -155,15 +156,15 @@ class DstPolicyIn(StrictSerializer):
 
 @extend_schema_serializer(component_name="ScheduleCreate")
 class ScheduleIn(StrictSerializer):
-    name = StrictCharField(max_length=200, required=False, allow_blank=True)
-    expression = StrictCharField(max_length=2000, help_text="cron, RRULE, at(...) or rate(...)")
+    name = StrictCharField(max_length=MAX_NAME, required=False, allow_blank=True)
+    expression = StrictCharField(max_length=MAX_EXPRESSION, help_text="cron, RRULE, at(...) or rate(...)")
     timeZone = StrictCharField(max_length=64, help_text="IANA zone name, e.g. America/New_York")
     payload = serializers.JSONField(required=False, allow_null=True, help_text="sent as the JSON body of each call")
     target = TargetIn()
     enabled = StrictBooleanField(required=False)
     misfirePolicy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
-    catchupLimit = StrictIntegerField(min_value=1, max_value=10000, required=False)
-    misfireGraceSeconds = StrictIntegerField(min_value=0, max_value=86400 * 7, required=False)
+    catchupLimit = StrictIntegerField(min_value=1, max_value=MAX_CATCHUP_LIMIT, required=False)
+    misfireGraceSeconds = StrictIntegerField(min_value=0, max_value=MAX_POLICY_SECONDS, required=False)
     overlapPolicy = serializers.ChoiceField(choices=OverlapPolicy.choices, required=False)
     retryPolicy = RetryPolicyIn(required=False)
     dstPolicy = DstPolicyIn(required=False)
@@ -329,7 +330,7 @@ class OccurrencesOut(serializers.Serializer):
 
 @extend_schema_serializer(component_name="ExpressionPreview")
 class ExpressionPreviewIn(StrictSerializer):
-    expression = StrictCharField(max_length=2000)
+    expression = StrictCharField(max_length=MAX_EXPRESSION)
     timeZone = StrictCharField(max_length=64)
     count = StrictIntegerField(min_value=1, max_value=100, required=False, help_text="1-100, default 10")
     dstPolicy = DstPolicyIn(required=False)
