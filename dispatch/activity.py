@@ -13,18 +13,21 @@ One pass (`ActivityAggregator.step`), in one transaction:
    handed out when a claim inserts the row, but a claim's transaction may commit after a later
    one's; so the pass stops at the first attempt that started less than SETTLE ago, leaving
    room for an older id to appear. An attempt still open is parked (step 2 counts it later).
-4. Add the counts to the per-minute rows (the tenant's and the all-tenants row) and update each
-   schedule's summary row; advance the watermark.
-5. Now and then, delete minute rows older than RETENTION.
+4. Add the counts to the per-minute rows (the tenant's and the all-tenants row), to the
+   per-minute rows of each target URL, and update each schedule's summary row; advance the
+   watermark.
+5. Now and then, delete minute rows older than RETENTION, and target rows older than
+   TARGET_RETENTION.
 
-Each pass costs a primary-key range of at most BATCH attempts (joined to their runs by primary
-key), PENDING_BATCH primary-key lookups, and writes proportional to what it read, whatever the
+Each pass costs a primary-key range of at most BATCH attempts (joined to their runs and versions
+by primary key), PENDING_BATCH primary-key lookups, and writes proportional to what it read, whatever the
 size of the history. A new database starts INITIAL_TAIL attempts back rather than at the
 beginning of time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
@@ -32,7 +35,7 @@ from datetime import datetime, timedelta, timezone
 from django.db import transaction
 
 from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMinute, ActivityPending,
-                             ScheduleActivity)
+                             ScheduleActivity, TargetMinute)
 from runs.models import Attempt, AttemptOutcome, RunKind, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
 
@@ -43,6 +46,8 @@ PENDING_BATCH = 5000
 # Longer than any claim transaction takes between inserting its attempts and committing.
 SETTLE = timedelta(seconds=10)
 RETENTION = timedelta(days=8)
+# The dashboard reads the last hour of target rows; the rest is kept only to spare a pass.
+TARGET_RETENTION = timedelta(hours=2)
 PRUNE_EVERY = timedelta(minutes=10)
 PRUNE_BATCH = 5000
 INITIAL_TAIL = 100_000
@@ -51,7 +56,10 @@ IDLE_SECONDS = 2.0
 OUTCOME_CODES = {AttemptOutcome.SUCCEEDED: "s", AttemptOutcome.FAILED: "f", AttemptOutcome.UNKNOWN: "u",
                  AttemptOutcome.ABANDONED: "a"}
 FIELDS = ("id", "generation", "started_at", "finished_at", "outcome", "http_status", "latency_ms", "error_class",
-          "error", "run_id", "run__tenant_id", "run__schedule_id", "run__scheduled_time", "run__kind")
+          "error", "run_id", "run__tenant_id", "run__schedule_id", "run__scheduled_time", "run__kind",
+          "run__version__target_url")
+COUNTED = (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
+FAILED = (AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
 
 
 def lag_bucket(seconds: float) -> int:
@@ -63,6 +71,10 @@ def lag_bucket(seconds: float) -> int:
 
 def minute_of(at: datetime) -> datetime:
     return at.astimezone(timezone.utc).replace(second=0, microsecond=0)
+
+
+def url_key(url: str) -> str:
+    return hashlib.sha1(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _initial_watermark() -> int:
@@ -79,6 +91,7 @@ class _Tally:
         self.minutes: dict[tuple, dict] = defaultdict(lambda: {"succeeded": 0, "failed": 0, "unknown": 0,
                                                                "lag": [0] * (len(LAG_BOUNDS) + 1),
                                                                "latency_sum": 0, "latency_count": 0})
+        self.targets: dict[tuple, dict] = defaultdict(lambda: {"attempts": 0, "failed": 0, "last_failed_at": None})
         self.schedules: dict = defaultdict(list)
         self.counted = 0
 
@@ -86,7 +99,7 @@ class _Tally:
         outcome = a["outcome"]
         tenant = a["run__tenant_id"]
         self.counted += 1
-        if outcome in (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN):
+        if outcome in COUNTED:
             minute = minute_of(a["finished_at"])
             for key in ((tenant, minute), (ALL_TENANTS, minute)):
                 m = self.minutes[key]
@@ -94,6 +107,14 @@ class _Tally:
                 if a["latency_ms"] is not None:
                     m["latency_sum"] += a["latency_ms"]
                     m["latency_count"] += 1
+            url = a["run__version__target_url"]
+            for key in ((tenant, minute, url), (ALL_TENANTS, minute, url)):
+                t = self.targets[key]
+                t["attempts"] += 1
+                if outcome in FAILED:
+                    t["failed"] += 1
+                    if t["last_failed_at"] is None or a["finished_at"] > t["last_failed_at"]:
+                        t["last_failed_at"] = a["finished_at"]
         # A backfill's scheduled times are in the past on purpose: its lag says nothing.
         if a["generation"] == 1 and a["run__kind"] != RunKind.BACKFILL and a["started_at"]:
             lag = max(0.0, (a["started_at"] - a["run__scheduled_time"]).total_seconds())
@@ -107,6 +128,7 @@ class _Tally:
 
     def apply(self) -> None:
         self._apply_minutes()
+        self._apply_targets()
         self._apply_schedules()
 
     def _apply_minutes(self) -> None:
@@ -116,14 +138,10 @@ class _Tally:
         minutes = {k[1] for k in self.minutes}
         existing = {(r.tenant_id, r.minute): r for r in
                     ActivityMinute.objects.filter(tenant_id__in=tenants, minute__in=minutes)}
-        changed, new = [], []
+        rows = []
         for key, inc in self.minutes.items():
-            row = existing.get(key)
-            if row is None:
-                row = ActivityMinute(tenant_id=key[0], minute=key[1])
-                new.append(row)
-            else:
-                changed.append(row)
+            row = existing.get(key) or ActivityMinute(tenant_id=key[0], minute=key[1])
+            rows.append(row)
             row.succeeded += inc["succeeded"]
             row.failed += inc["failed"]
             row.unknown += inc["unknown"]
@@ -132,24 +150,34 @@ class _Tally:
             if any(inc["lag"]):
                 counts = list(row.lag_counts) or [0] * (len(LAG_BOUNDS) + 1)
                 row.lag_counts = [x + y for x, y in zip(counts, inc["lag"])]
-        if changed:
-            ActivityMinute.objects.bulk_update(changed, ["succeeded", "failed", "unknown", "lag_counts",
-                                                         "latency_ms_sum", "latency_count"], batch_size=500)
-        if new:
-            ActivityMinute.objects.bulk_create(new, batch_size=500)
+        _write(ActivityMinute, rows, ["tenant_id", "minute"],
+               ["succeeded", "failed", "unknown", "lag_counts", "latency_ms_sum", "latency_count"])
+
+    def _apply_targets(self) -> None:
+        if not self.targets:
+            return
+        keys = {(tenant, minute, url_key(url)): (tenant, minute, url) for tenant, minute, url in self.targets}
+        existing = {(r.tenant_id, r.minute, r.url_key): r for r in TargetMinute.objects.filter(
+            tenant_id__in={k[0] for k in keys}, minute__in={k[1] for k in keys}, url_key__in={k[2] for k in keys})}
+        rows = []
+        for key, (tenant, minute, url) in keys.items():
+            inc = self.targets[(tenant, minute, url)]
+            row = existing.get(key) or TargetMinute(tenant_id=tenant, minute=minute, url_key=key[2], target_url=url)
+            rows.append(row)
+            row.attempts += inc["attempts"]
+            row.failed += inc["failed"]
+            if inc["last_failed_at"] and (row.last_failed_at is None or inc["last_failed_at"] > row.last_failed_at):
+                row.last_failed_at = inc["last_failed_at"]
+        _write(TargetMinute, rows, ["tenant_id", "minute", "url_key"], ["attempts", "failed", "last_failed_at"])
 
     def _apply_schedules(self) -> None:
         if not self.schedules:
             return
         existing = ScheduleActivity.objects.in_bulk(list(self.schedules))
-        changed, new = [], []
+        rows = []
         for sid, attempts in self.schedules.items():
-            row = existing.get(sid)
-            if row is None:
-                row = ScheduleActivity(schedule_id=sid, tenant_id=attempts[0]["run__tenant_id"])
-                new.append(row)
-            else:
-                changed.append(row)
+            row = existing.get(sid) or ScheduleActivity(schedule_id=sid, tenant_id=attempts[0]["run__tenant_id"])
+            rows.append(row)
             recent = list(row.recent)
             for a in sorted(attempts, key=lambda a: (a["finished_at"], a["id"])):
                 ok = a["outcome"] == AttemptOutcome.SUCCEEDED
@@ -169,12 +197,18 @@ class _Tally:
             # Parked attempts end out of order: keep the newest by finishing time.
             recent.sort(key=lambda r: r[0])
             row.recent = recent[-ScheduleActivity.RECENT:]
-        fields = ["succeeded", "failed", "last_finished_at", "last_outcome", "last_http_status", "last_error",
-                  "last_run_id", "last_success_at", "recent"]
-        if changed:
-            ScheduleActivity.objects.bulk_update(changed, fields, batch_size=500)
-        if new:
-            ScheduleActivity.objects.bulk_create(new, batch_size=500)
+        _write(ScheduleActivity, rows, ["schedule_id"], ["succeeded", "failed", "last_finished_at", "last_outcome",
+                                                          "last_http_status", "last_error", "last_run_id",
+                                                          "last_success_at", "recent"])
+
+
+def _write(model, rows, unique_fields, update_fields) -> None:
+    """Rows new and old, their totals already added up, in one upsert per batch: the cursor lock
+    keeps other passes away, and an upsert costs the same per row however many rows a batch
+    has (bulk_update's CASE per field grows with the batch on both sides)."""
+    if rows:
+        model.objects.bulk_create(rows, batch_size=500, update_conflicts=True, unique_fields=unique_fields,
+                                  update_fields=update_fields)
 
 
 def _error_text(a: dict) -> str:
@@ -242,28 +276,42 @@ class ActivityAggregator:
             ActivityPending.objects.filter(attempt_id__in=done).delete()
 
     def _after_watermark(self, cursor: ActivityCursor, now: datetime, tally: _Tally) -> bool:
-        rows = list(attempts_with_their_runs(Attempt.objects.filter(id__gt=cursor.watermark))
-                    .order_by("id").values(*FIELDS)[:self.batch])
+        # The batch's id range first, from the attempts' primary key alone: with the join in the
+        # same statement, PostgreSQL joins everything after the watermark before it limits.
+        after = Attempt.objects.filter(id__gt=cursor.watermark)
+        bound = list(after.order_by("id").values_list("id", flat=True)[self.batch - 1:self.batch])
+        window = after.filter(id__lte=bound[0]) if bound else after
+        rows = list(attempts_with_their_runs(window).order_by("id").values(*FIELDS))
         settled_before = now - self.settle
-        parked = []
+        parked, settled = [], True
         for a in rows:
             if a["started_at"] >= settled_before:
-                return False  # the rest are too new to be sure nothing older is still to appear
+                settled = False  # the rest are too new to be sure nothing older is still to appear
+                break
             if a["outcome"] is None:
                 parked.append(ActivityPending(attempt_id=a["id"]))
             else:
                 tally.add(a)
             cursor.watermark = a["id"]
+        # Parked before the watermark's save (same transaction): an open attempt passed by the
+        # watermark is counted when it ends, however the pass stopped.
         if parked:
             ActivityPending.objects.bulk_create(parked, ignore_conflicts=True)
-        return len(rows) >= self.batch
+        if settled and bound:
+            cursor.watermark = bound[0]  # past the window even if its last attempts had no run
+        return settled and bool(bound)
 
     def _prune(self, now: datetime) -> int:
-        ids = list(ActivityMinute.objects.filter(minute__lt=now - RETENTION).order_by("minute")
-                   .values_list("id", flat=True)[:PRUNE_BATCH])
-        if ids:
-            ActivityMinute.objects.filter(id__in=ids).delete()
-        return len(ids)
+        """Deletes up to PRUNE_BATCH of the oldest rows of each table; returns the most deleted
+        from one (PRUNE_BATCH: there may be more)."""
+        most = 0
+        for model, keep in ((ActivityMinute, RETENTION), (TargetMinute, TARGET_RETENTION)):
+            ids = list(model.objects.filter(minute__lt=now - keep).order_by("minute")
+                       .values_list("id", flat=True)[:PRUNE_BATCH])
+            if ids:
+                model.objects.filter(id__in=ids).delete()
+            most = max(most, len(ids))
+        return most
 
 
 def drain(aggregator: ActivityAggregator | None = None) -> None:

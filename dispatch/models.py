@@ -130,6 +130,35 @@ class ActivityMinute(models.Model):
         ]
 
 
+class TargetMinute(models.Model):
+    """Attempts that ended in one minute against one target URL (the one of the version each run
+    was made by), with how many of them failed, for one tenant or for all (ALL_TENANTS): the
+    dashboard's "targets failing most" sums the last hour of these rather than joining the
+    attempts to their runs and versions. One row per target and minute that had an attempt;
+    kept a little longer than that hour (dispatch.activity.TARGET_RETENTION)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant_id = models.UUIDField()
+    minute = models.DateTimeField()
+    # A digest of the URL: a URL can be longer than a b-tree entry may be.
+    url_key = models.CharField(max_length=40)
+    target_url = models.CharField(max_length=2000)
+    attempts = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)  # failed and unknown outcomes
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # The dashboard reads one tenant's (or all tenants') minutes of the last hour by its
+            # prefix; the activity loop finds the rows it adds to by the whole key.
+            models.UniqueConstraint(fields=["tenant_id", "minute", "url_key"], name="target_minute_unique"),
+        ]
+        indexes = [
+            # The activity loop's retention pass deletes the oldest minutes.
+            models.Index(fields=["minute"], name="target_minute_time_idx"),
+        ]
+
+
 class ScheduleActivity(models.Model):
     """One row per schedule that has had a finished attempt since aggregation began: its last
     result, last success, totals, and its newest attempts' outcomes and latencies (the sparkline,

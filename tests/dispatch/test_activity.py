@@ -8,8 +8,9 @@ import pytest
 from dispatch.activity import ActivityAggregator, drain, lag_bucket
 from dispatch.loops import drain as drain_step
 from dispatch.loops import scan_step
+from dispatch.failing_targets import failing_targets
 from dispatch.models import (ALL_TENANTS, ActivityCursor, ActivityMinute, ActivityPending, LAG_BOUNDS,
-                             ScheduleActivity)
+                             ScheduleActivity, TargetMinute)
 from dispatch.worker import run_worker
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.schedule_changes import trigger_schedule
@@ -90,6 +91,19 @@ def test_an_attempt_still_open_is_counted_once_when_it_ends(tenant, sched):
     assert not ActivityPending.objects.exists()
 
 
+def test_an_open_attempt_before_one_too_new_to_count_is_still_parked(tenant, sched):
+    # The pass stops at the too-new attempt after the watermark has passed the open one: the open
+    # one must be parked all the same, or it is never counted.
+    a = open_attempt(sched, ago=120)
+    finished_attempt(sched, lag=0)  # started just now
+    drain(ActivityAggregator(settle=timedelta(minutes=1)))
+    assert ActivityCursor.objects.get().watermark == a.id
+    assert list(ActivityPending.objects.values_list("attempt_id", flat=True)) == [a.id]
+    Attempt.objects.filter(id=a.id).update(outcome=AttemptOutcome.FAILED, finished_at=db_now(), http_status=500)
+    drain(NOW)
+    assert minute_totals(tenant.id) == (1, 1, 0)
+
+
 def test_attempts_started_within_the_settle_time_wait_for_a_later_pass(tenant, sched):
     a = finished_attempt(sched, lag=0)  # started just now
     settling = ActivityAggregator(settle=timedelta(minutes=5))
@@ -133,6 +147,37 @@ def test_a_success_leaves_no_last_error(tenant, sched):
     assert row.last_outcome == "succeeded" and row.last_error == ""
 
 
+def test_targets_are_counted_per_minute_and_ranked_by_failures(tenant, sched, other_tenant, target):
+    other = make_schedule(other_tenant, target.url + "/other", name="other")
+    finished_attempt(sched, ago=30, outcome=AttemptOutcome.FAILED, status=503)
+    finished_attempt(sched, ago=90, outcome=AttemptOutcome.UNKNOWN, status=None, latency=None)
+    finished_attempt(sched, ago=30)
+    finished_attempt(other, ago=30, outcome=AttemptOutcome.FAILED, status=500)
+    finished_attempt(other, ago=30)
+    finished_attempt(other, ago=30)
+    drain(NOW)
+    drain(NOW)  # counted once
+    now = db_now()
+    top = failing_targets(now=now)
+    assert [(t.target_url, t.failed, t.attempts) for t in top] == [(sched.current.target_url, 2, 3),
+                                                                  (other.current.target_url, 1, 3)]
+    assert top[0].last_failed_at is not None
+    # A tenant's own view sees its own targets only.
+    mine = failing_targets(tenant_ids=[other_tenant.id], now=now)
+    assert [(t.target_url, t.failed, t.attempts) for t in mine] == [(other.current.target_url, 1, 3)]
+    # Outside the hour: nothing.
+    assert failing_targets(now=now + timedelta(hours=2)) == []
+
+
+def test_a_target_url_longer_than_an_index_entry_is_counted(tenant, target):
+    url = target.url + "/" + "é" * 1900  # about 3,800 bytes: too long for a b-tree key
+    s = make_schedule(tenant, url, name="long url")
+    finished_attempt(s, ago=30, outcome=AttemptOutcome.FAILED, status=500)
+    drain(NOW)
+    assert [(t.target_url, t.failed) for t in failing_targets(now=db_now())] == [(s.current.target_url, 1)]
+    assert TargetMinute.objects.filter(tenant_id=ALL_TENANTS).count() == 1
+
+
 def test_a_new_database_starts_from_a_bounded_tail(tenant, sched, monkeypatch):
     from dispatch import activity
 
@@ -152,6 +197,19 @@ def test_minute_rows_past_retention_are_pruned(tenant, sched):
     NOW.step()
     assert not ActivityMinute.objects.filter(id=old.id).exists()
     assert ActivityMinute.objects.filter(id=recent.id).exists()
+
+
+def test_target_rows_are_kept_only_a_little_past_the_dashboards_hour(tenant, sched):
+    from dispatch import activity
+
+    now = db_now()
+    old = TargetMinute.objects.create(tenant_id=tenant.id, minute=now - activity.TARGET_RETENTION - timedelta(minutes=5),
+                                      url_key="a", target_url="https://x.example/a", attempts=1)
+    recent = TargetMinute.objects.create(tenant_id=tenant.id, minute=now - timedelta(minutes=30), url_key="b",
+                                         target_url="https://x.example/b", attempts=1)
+    NOW.step()
+    assert not TargetMinute.objects.filter(id=old.id).exists()
+    assert TargetMinute.objects.filter(id=recent.id).exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,8 +1,11 @@
 """The dashboard page and its poller: full figures on load, only a slower poller while nothing
 changes, new figures out of band when something does, and a stop after a long quiet spell."""
 
+from datetime import timedelta
+
 from django.urls import reverse
 
+from dispatch.activity import ActivityAggregator, drain
 from runs import stats
 from runs.models import AttemptOutcome, RunState
 from scheduler_project.web.portal import dashboard as dash
@@ -25,6 +28,24 @@ def test_the_dashboard_shows_every_figure(operator, schedule, other_schedule):
     assert "acme" in html and "globex" in html
     assert reverse("runs-dlq") in html
     assert 'hx-trigger="every 5s"' in html
+
+
+def test_failing_targets_are_summed_from_the_activity_loops_rows(operator, acme, schedule, other_schedule):
+    ago = timedelta(minutes=1)  # started a minute ago: settled, so the activity loop counts them
+    make_run(schedule, RunState.DEAD, age=ago)
+    make_run(schedule, RunState.DEAD, age=ago)
+    make_run(schedule, RunState.SUCCEEDED, age=ago)
+    make_run(other_schedule, RunState.DEAD, age=ago)
+    html = operator.get(reverse("runs-dashboard")).content.decode()
+    assert "No failed attempts in the last hour." in html  # not counted yet
+    drain(ActivityAggregator(settle=timedelta(0)))
+    r = operator.get(reverse("runs-dashboard"))
+    assert [(t.target_url, t.failed, t.attempts) for t in r.context["failing"]] == [
+        (schedule.current.target_url, 2, 3), (other_schedule.current.target_url, 1, 1)]
+    html = r.content.decode()
+    assert schedule.current.target_url in html and other_schedule.current.target_url in html
+    html = acme.get(reverse("runs-dashboard")).content.decode()
+    assert schedule.current.target_url in html and other_schedule.current.target_url not in html
 
 
 def test_a_tenant_user_sees_only_their_tenant_on_the_dashboard(acme, schedule, other_schedule):

@@ -73,17 +73,6 @@ def test_per_tenant_in_flight_and_backlog_are_scoped(schedule, other_schedule):
     assert [t.slug for t in only] == ["acme"]
 
 
-def test_failing_targets_rank_by_failures_with_a_rate(schedule, other_schedule):
-    make_run(schedule, RunState.DEAD)
-    make_run(schedule, RunState.DEAD)
-    make_run(schedule, RunState.SUCCEEDED)
-    make_run(other_schedule, RunState.DEAD)
-    top = stats.failing_targets()
-    assert top[0].target_url.endswith("/hook")
-    assert (top[0].failed, top[0].attempts) == (2, 3)
-    assert top[1].target_url.endswith("/globex")
-
-
 def test_the_fingerprint_changes_only_when_the_figures_would(schedule):
     fp = stats.fingerprint()
     assert stats.fingerprint() == fp
@@ -97,3 +86,21 @@ def test_the_dashboard_is_plain_data_for_the_metrics_endpoint(schedule):
     data = stats.as_dict(d)
     assert data["dead_letter"]["size"] == 1
     assert data["states"]["live"]["dead"] == 1
+
+
+def test_latest_dead_are_the_newest_whether_they_died_today_or_long_ago(schedule, other_schedule):
+    now = db_now()
+    old = make_run(schedule, RunState.DEAD)
+    Run.objects.filter(id=old.id).update(finished_at=now - timedelta(days=20))
+    recent = [make_run(other_schedule, RunState.DEAD) for _ in range(2)]
+    # Fewer than five died in the last day: the older one is listed too, last.
+    assert [r.id for r in stats.latest_dead(now=now)][-1] == old.id
+    assert {r.id for r in stats.latest_dead(now=now)} == {old.id, *(r.id for r in recent)}
+    # Five or more in the last day: only those, newest first.
+    more = [make_run(schedule, RunState.DEAD) for _ in range(4)]
+    latest = stats.latest_dead(now=db_now())
+    assert old.id not in {r.id for r in latest} and len(latest) == 5
+    assert [r.finished_at for r in latest] == sorted((r.finished_at for r in latest), reverse=True)
+    assert latest[0].id in {r.id for r in more}
+    # A tenant's own view.
+    assert {r.id for r in stats.latest_dead(tenant_ids=[other_schedule.tenant_id], now=db_now())} == {r.id for r in recent}

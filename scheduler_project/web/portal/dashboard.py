@@ -1,10 +1,11 @@
-"""The operator dashboard: the figures from `runs.stats` and the charts from the pre-aggregated
-activity rows (charts.py), refreshed by a poller that checks a cheap fingerprint first and backs
-off while nothing changes."""
+"""The operator dashboard: the figures from `runs.stats`, and the charts (charts.py) and failing
+targets (dispatch.failing_targets) from the pre-aggregated activity rows, refreshed by a poller
+that checks a cheap fingerprint first and backs off while nothing changes."""
 
 from django.shortcuts import render
 from django_htmx.http import HttpResponseStopPolling
 
+from dispatch.failing_targets import failing_targets
 from runs import retention, stats
 from runs.models import RetentionPolicy
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
@@ -41,7 +42,7 @@ def _figures(ctx, tenant_ids, request):
     d = stats.dashboard(tenant_ids=tenant_ids)
     s = charts.series(tenant_ids, d.now, ctx["range"])
     tz = TimePrefs.of(request).zone_for(None)
-    ctx.update(d=d, series=s, outcome_chart=charts.outcome_chart(s, tz), lag_chart=charts.lag_chart(s, tz))
+    ctx.update(d=d, failing=failing_targets(tenant_ids=tenant_ids, now=d.now), series=s, outcome_chart=charts.outcome_chart(s, tz), lag_chart=charts.lag_chart(s, tz))
 
 
 @portal_view
