@@ -26,7 +26,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Min, Q
+from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Max, Min, Q
 
 from runs.models import Attempt, AttemptOutcome, OutboxEvent, Run, RunKind, RunState, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
@@ -96,13 +96,18 @@ def lag_samples(*, tenant_ids=None, now: datetime | None = None, floor: int | No
         .filter(generation=1, started_at__gte=now - LAG_WINDOW)
         .exclude(run__kind=RunKind.BACKFILL)
         .order_by()  # sorted below; the model's ordering would sort by the runs' columns first
-        .values_list("started_at", "scheduled_time")
+        # The lag and "in the last minute" worked out by the database: a duration and a boolean
+        # are read many times faster than two timestamps (Django's time-zone-aware loader), and
+        # a busy quarter of an hour has tens of thousands of starts.
+        .annotate(lag=ExpressionWrapper(F("started_at") - F("scheduled_time"), output_field=DurationField()),
+                  last_minute=ExpressionWrapper(Q(started_at__gte=now - LAG_NOW_WINDOW), output_field=BooleanField()))
+        .values_list("lag", "last_minute")
     )
     lags, recent = [], []
-    for started, scheduled in rows:
-        lag = max(0.0, (started - scheduled).total_seconds())
+    for delta, last_minute in rows:
+        lag = max(0.0, delta.total_seconds())
         lags.append(lag)
-        if started >= now - LAG_NOW_WINDOW:
+        if last_minute:
             recent.append(lag)
     lags.sort()
     recent.sort()
