@@ -52,12 +52,15 @@ class SchedulerCollector:
         now = db_now()
         floor = stats.recent_attempt_floor()
 
-        lags, _ = stats.lag_samples(now=now, floor=floor)
+        sample = stats.lag_samples(now=now, floor=floor)
+        lags = sample.lags
+        # A busy window is read one start in `stride`: the counts are scaled back to estimates.
         yield GaugeHistogramMetricFamily(
             "scheduler_start_lag_seconds",
-            "Scheduled-to-start lag of first attempts started in the last 15 minutes",
-            buckets=_cumulative(lags, LAG_BUCKETS),
-            gsum_value=sum(lags),
+            "Scheduled-to-start lag of first attempts started in the last 15 minutes "
+            "(estimated from an even sample when there were many)",
+            buckets=[(b, n * sample.stride) for b, n in _cumulative(lags, LAG_BUCKETS)],
+            gsum_value=sum(lags) * sample.stride,
         )
         for q in (0.5, 0.99):
             yield _gauge(f"scheduler_start_lag_p{int(q * 100)}_seconds",

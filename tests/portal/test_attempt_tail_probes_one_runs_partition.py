@@ -48,7 +48,7 @@ def test_the_activity_loop_and_the_lags_probe_only_the_partition_of_each_run(ten
 
     with CaptureQueriesContext(connection) as ctx:
         count_activity(ActivityAggregator(settle=timedelta(0)))  # what the failing targets are summed from
-        lags, _ = stats.lag_samples(now=db_now())
+        lags = stats.lag_samples(now=db_now()).lags
     assert len(lags) == 3
     assert [f.failed for f in failing_targets(now=db_now())] == [1, 1, 1]
     joined = [q["sql"] for q in ctx.captured_queries if 'INNER JOIN "runs_run"' in q["sql"]]

@@ -20,6 +20,22 @@ def test_lag_percentiles_come_from_first_starts(schedule):
     assert lag.now_seconds == 3  # all five started within the last minute
 
 
+def test_a_busy_window_is_read_as_an_even_sample(schedule, other_schedule, monkeypatch):
+    monkeypatch.setattr(stats, "LAG_SAMPLE", 8)
+    for seconds in range(1, 41):  # 40 starts of acme, lags 1..40 s
+        run = make_run(schedule, RunState.SUCCEEDED)
+        Attempt.objects.filter(run=run).update(started_at=run.scheduled_time + timedelta(seconds=seconds))
+    lone = make_run(other_schedule, RunState.SUCCEEDED)  # one start of globex
+    Attempt.objects.filter(run=lone).update(started_at=lone.scheduled_time + timedelta(seconds=7))
+    lag = stats.scheduled_to_start_lag()
+    assert lag.stride == 6  # 41 starts, at most 8 read
+    assert 5 <= lag.sample <= 8 and 30 <= lag.starts <= 48
+    assert 10 <= lag.p50_seconds <= 30 and lag.p99_seconds >= 30
+    # globex's own view: its share of the window is small, so it is read whole.
+    own = stats.scheduled_to_start_lag(tenant_ids=[other_schedule.tenant_id])
+    assert (own.stride, own.sample, own.p50_seconds) == (1, 1, 7)
+
+
 def test_backfills_do_not_count_as_lag(schedule):
     run = make_run(schedule, RunState.SUCCEEDED)
     Run.objects.filter(id=run.id).update(kind="backfill")
