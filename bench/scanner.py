@@ -1,6 +1,6 @@
 """Scanner: the time of one scanner pass over 1,000,000 schedules, with none due and with 1% due.
 
-    .venv/bin/python bench/scanner.py [--schedules 1000000] [--repeats 20] [--due-repeats 3] [--batch 500]
+    .venv/bin/python bench/scanner.py [--schedules 1000000] [--repeats 20] [--due-repeats 3] [--batch 500] [--processes 1]
 
 Schedules are bulk-loaded (rate(1 minute), each with its own anchor, so the parsed-rule cache is no
 help, as with a real fleet). The passes run in this process against the bench database through
@@ -10,7 +10,9 @@ dispatch.loops.scan_step (runs.queue.materialise_due), timed with perf_counter:
 - 1% due: every 100th schedule has next_run_at one second ago (anchor one period before, so
   exactly one occurrence is due); the run side is emptied, the schedules are reset and vacuumed,
   and the parsed-rule cache is cleared before each repeat. Reported: time per batch of --batch
-  schedules, and total time to materialise all 10,000 runs.
+  schedules, and total time to materialise all 10,000 runs. With `--processes P`, P forked scanner
+  processes drain together (each locks what the others have not, SKIP LOCKED, as several `scan`
+  copies do); reported: the wall time until all have stopped.
 
 The due query itself (as Django sends it, captured during a pass) is also run under EXPLAIN
 (ANALYZE, BUFFERS) in a rolled-back transaction, and its plan and execution time are printed.
@@ -78,6 +80,9 @@ def main():
     ap.add_argument("--reuse", action="store_true",
                     help="keep the database when it already holds --schedules schedules from an earlier run (loading "
                          "10,000,000 takes ~15 min)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="scanner processes draining the 1%% due together (each locks what the others have not, "
+                         "as several `scan` copies without shards do); 1: in this process")
     ap.add_argument("--database", default="scheduler_bench_scanner")
     args = ap.parse_args()
 
@@ -120,6 +125,37 @@ def load(args, expression, t0):
     return s, due_count
 
 
+def drain_child(batch: int) -> None:
+    """A scanner process of the 1%-due drain: passes until one finds nothing more to lock."""
+    from django.db import connections
+
+    from dispatch.loops import scan_step
+
+    connections.close_all()  # the parent's connection is not this process's to use
+    while scan_step(batch=batch):
+        pass
+    connections.close_all()
+
+
+def drain_in_processes(args) -> float:
+    """--processes scanner processes draining together; the wall time until all have stopped."""
+    import multiprocessing
+
+    from django.db import connections
+
+    connections.close_all()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=drain_child, args=(args.batch,)) for _ in range(args.processes)]
+    t = time.perf_counter()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    total = time.perf_counter() - t
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return total
+
+
 def run_passes(args, s, due_count):
     from dispatch.loops import scan_step
     from schedules.services import _rule
@@ -155,6 +191,14 @@ def run_passes(args, s, due_count):
     for rep in range(args.due_repeats):
         reset_due(due_sql, args.period)
         _rule.cache_clear()
+        if args.processes > 1:
+            total = drain_in_processes(args)
+            runs = C.sql("SELECT count(*) FROM runs_run")[0][0]
+            events = C.sql("SELECT count(*) FROM runs_outboxevent")[0][0]
+            drains.append({"total": total, "batch_ms": None, "batches": None, "runs": runs, "events": events})
+            print(f"  [1% due #{rep + 1}] {runs} runs ({events} events) by {args.processes} scanner processes in "
+                  f"{total:.2f}s, {runs / total:.0f} runs/s", flush=True)
+            continue
         batches = []
         t = time.perf_counter()
         while True:
@@ -171,8 +215,10 @@ def run_passes(args, s, due_count):
         print(f"  [1% due #{rep + 1}] {runs} runs ({events} events) in {len(batches)} passes, {total:.2f}s total, "
               f"{runs / total:.0f} runs/s; per full batch of {args.batch}: median {C.fmt(C.median(full), ' ms', 1)}, "
               f"max {C.fmt(max(full), ' ms', 1)}", flush=True)
-    print(f"\n1% due ({due_count} of {s.count} schedules), batch {args.batch}, median of {args.due_repeats}:")
-    print(f"  time per batch      {C.spread([d['batch_ms'] for d in drains], 1, ' ms')}")
+    print(f"\n1% due ({due_count} of {s.count} schedules), batch {args.batch}, {args.processes} scanner "
+          f"process{'es' if args.processes > 1 else ''}, median of {args.due_repeats}:")
+    if args.processes == 1:
+        print(f"  time per batch      {C.spread([d['batch_ms'] for d in drains], 1, ' ms')}")
     print(f"  total (all {due_count}) {C.spread([d['total'] for d in drains], 2, ' s')}")
     print(f"  runs/s materialised {C.fmt(C.median([d['runs'] / d['total'] for d in drains]), '', 0)}")
     ok = all(d["runs"] == due_count for d in drains)
