@@ -72,7 +72,8 @@ class SchedulerCollector:
                      od.age_seconds or 0.0)
         yield _gauge("scheduler_overdue_runs", "Ready runs past their eligibility (the backlog)", od.count)
 
-        st = stats.runs_by_state(now=now)
+        live = stats.live_counts()  # once, for both figures below
+        st = stats.runs_by_state(now=now, live=live)
         g = GaugeMetricFamily("scheduler_runs", "Runs that are work or need a person, by state", labels=["state"])
         for state, n in st.live.items():
             g.add_metric([state], n)
@@ -82,7 +83,7 @@ class SchedulerCollector:
             g.add_metric([state], n)
         yield g
 
-        dl = stats.dead_letter(now=now)
+        dl = stats.dead_letter(now=now, size=live["dead"])
         yield _gauge("scheduler_dead_letter_size", "Runs in the dead-letter queue", dl.size)
         yield _gauge("scheduler_dead_letter_added_last_hour", "Runs that went dead in the last hour", dl.last_hour)
 

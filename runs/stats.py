@@ -9,8 +9,8 @@ They must stay cheap on a runs table of hundreds of millions of rows, so each on
 - `run_tenant_time_idx` over a bounded scheduled_time window, with an explicit tenant list so the
   planner can descend the index once per tenant;
 - a bounded tail of the attempts table by primary key (`recent_attempt_floor`): attempt ids grow
-  with time, so "the last N attempts" is a backward primary-key range scan of N rows whatever
-  the table's size. Windowed attempt figures are exact while the window holds fewer than N
+  with time, so "the attempts with the newest N ids" is a primary-key range of at most N rows
+  whatever the table's size. Windowed attempt figures are exact while the window holds fewer than N
   attempts and say `capped` otherwise.
 The cost of each query is noted next to it.
 
@@ -54,10 +54,12 @@ def _runs(tenant_ids):
 
 
 def recent_attempt_floor(limit: int = ATTEMPT_SAMPLE) -> int:
-    """The id of the limit-th newest attempt (0 when there are fewer). Cost: backward scan of
-    `limit` entries of the attempts primary key."""
-    row = Attempt.objects.order_by("-id").values_list("id", flat=True)[limit - 1 : limit]
-    return row[0] if row else 0
+    """The lowest of the newest `limit` attempt ids handed out (0 when fewer were): the tail is
+    the attempts from there on, at most `limit` of them (fewer where an id was never used, by a
+    claim rolled back). Cost: the newest entry of each attempts partition's primary key; counting
+    `limit` entries back instead read them all, across every partition."""
+    newest = Attempt.objects.aggregate(m=Max("id"))["m"] or 0
+    return max(0, newest - limit + 1)
 
 
 def _recent_attempts(tenant_ids, floor: int, *, with_runs: bool = False):
@@ -211,14 +213,25 @@ class StateCounts:
     recent_window_seconds: int
 
 
-def runs_by_state(*, tenant_ids=None, now: datetime | None = None) -> StateCounts:
-    """Exact totals for the states that are work (ready, leased) or need a person (dead), and a
-    breakdown of every state over the last hour. A total over the whole history by state would be
-    a full-table scan; it is never asked.
-    Cost: three partial-index counts; one `run_tenant_time_idx` range per tenant over one hour."""
-    now = now or db_now()
+LIVE_STATES = (RunState.READY, RunState.LEASED, RunState.DEAD)
+
+
+def live_counts(*, tenant_ids=None) -> dict:
+    """Exact totals of the states that are work (ready, leased) or need a person (dead), by state
+    value. The dashboard counts them once per page for its fingerprint and its figures.
+    Cost: three partial-index counts (`run_ready_idx`, `run_leased_idx`, `run_dead_idx`); the
+    last follows the size of the dead-letter queue."""
     runs = _runs(tenant_ids)
-    live = {s: runs.filter(state=s).count() for s in (RunState.READY, RunState.LEASED, RunState.DEAD)}
+    return {s.value: runs.filter(state=s).count() for s in LIVE_STATES}
+
+
+def runs_by_state(*, tenant_ids=None, now: datetime | None = None, live: dict | None = None) -> StateCounts:
+    """Exact totals for the states that are work (ready, leased) or need a person (dead) (`live`,
+    when the caller has counted them already), and a breakdown of every state over the last hour.
+    A total over the whole history by state would be a full-table scan; it is never asked.
+    Cost: live_counts; one `run_tenant_time_idx` range per tenant over one hour."""
+    now = now or db_now()
+    live = live_counts(tenant_ids=tenant_ids) if live is None else live
     recent_rows = (
         Run.objects.filter(tenant_id__in=_tenant_list(tenant_ids), scheduled_time__gt=now - RECENT,
                            scheduled_time__lte=now)
@@ -228,8 +241,7 @@ def runs_by_state(*, tenant_ids=None, now: datetime | None = None) -> StateCount
     )
     recent = {s.value: 0 for s in RunState}
     recent.update({state: n for state, n in recent_rows})
-    return StateCounts(live={k.value if hasattr(k, "value") else k: v for k, v in live.items()}, recent=recent,
-                       recent_window_seconds=int(RECENT.total_seconds()))
+    return StateCounts(live=dict(live), recent=recent, recent_window_seconds=int(RECENT.total_seconds()))
 
 
 @dataclass
@@ -243,18 +255,21 @@ class DeadLetter:
         return self.last_hour - self.hour_before
 
 
-def dead_letter(*, tenant_ids=None, now: datetime | None = None) -> DeadLetter:
-    """Cost: `run_dead_idx` (tenant, finished_at) only: the size is an index-only count of the
-    dead-letter queue; the two hour buckets are ranges on its second column, per tenant."""
+def dead_letter(*, tenant_ids=None, now: datetime | None = None, size: int | None = None) -> DeadLetter:
+    """The dead-letter queue's size (`size`, when the caller has counted it already) and how many
+    runs went dead in the last hour and the hour before.
+    Cost: `run_dead_idx` (tenant, finished_at) only: the size is an index-only count of the
+    dead-letter queue; the two hour buckets are one range per tenant on its second column."""
     now = now or db_now()
     dead = Run.objects.filter(state=RunState.DEAD, tenant_id__in=_tenant_list(tenant_ids))
+    if size is None:
+        size = dead.count()
     # Counts of columns the index has (not of the id): PostgreSQL counts from the index alone.
-    agg = dead.aggregate(
-        size=Count("*"),
+    agg = dead.filter(finished_at__gt=now - 2 * RECENT).aggregate(
         last_hour=Count("finished_at", filter=Q(finished_at__gt=now - RECENT)),
-        hour_before=Count("finished_at", filter=Q(finished_at__gt=now - 2 * RECENT, finished_at__lte=now - RECENT)),
+        hour_before=Count("finished_at", filter=Q(finished_at__lte=now - RECENT)),
     )
-    return DeadLetter(**agg)
+    return DeadLetter(size=size, **agg)
 
 
 @dataclass
@@ -277,7 +292,8 @@ def attempt_figures(*, tenant_ids=None, now: datetime | None = None, floor: int 
         unknown=Count("id", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
         oldest=Min("finished_at", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
     )
-    oldest_in_sample = Attempt.objects.filter(id=floor).order_by("id").values_list("started_at", flat=True).first() if floor else None
+    oldest_in_sample = (Attempt.objects.filter(id__gte=floor).order_by("id").values_list("started_at", flat=True).first()
+                        if floor else None)
     capped = bool(oldest_in_sample and oldest_in_sample > now - UNKNOWN_WINDOW)
     return AttemptFigures(lease_expirations_last_hour=agg["lease"], unknown_last_day=agg["unknown"], capped=capped,
                           oldest_unknown_at=agg["oldest"])
@@ -348,30 +364,31 @@ class Dashboard:
     latest_dead: list = field(default_factory=list)
 
 
-def dashboard(*, tenant_ids=None) -> Dashboard:
+def dashboard(*, tenant_ids=None, live: dict | None = None) -> Dashboard:
+    """Every figure of the dashboard; `live`: live_counts, when the caller has them already."""
     now = db_now()
     floor = recent_attempt_floor()
+    live = live_counts(tenant_ids=tenant_ids) if live is None else live
     return Dashboard(
         now=now,
         lag=scheduled_to_start_lag(tenant_ids=tenant_ids, now=now, floor=floor),
         overdue=overdue(tenant_ids=tenant_ids, now=now),
-        states=runs_by_state(tenant_ids=tenant_ids, now=now),
-        dead_letter=dead_letter(tenant_ids=tenant_ids, now=now),
+        states=runs_by_state(tenant_ids=tenant_ids, now=now, live=live),
+        dead_letter=dead_letter(tenant_ids=tenant_ids, now=now, size=live[RunState.DEAD.value]),
         attempts=attempt_figures(tenant_ids=tenant_ids, now=now, floor=floor),
         tenants=per_tenant(tenant_ids=tenant_ids, now=now),
         latest_dead=latest_dead(tenant_ids=tenant_ids, now=now),
     )
 
 
-def fingerprint(*, tenant_ids=None) -> str:
+def fingerprint(*, tenant_ids=None, live: dict | None = None) -> str:
     """A cheap token that changes whenever the dashboard's figures would: the live-state totals
-    and the newest attempt id. Pollers compare it to skip the full dashboard when nothing moved.
-    Cost: three partial-index counts and one primary-key lookup."""
-    runs = _runs(tenant_ids)
+    (`live`, when the caller has counted them already) and the newest attempt id. Pollers compare
+    it to skip the full dashboard when nothing moved.
+    Cost: live_counts and two index probes."""
+    live = live_counts(tenant_ids=tenant_ids) if live is None else live
     parts = {
-        "ready": runs.filter(state=RunState.READY).count(),
-        "leased": runs.filter(state=RunState.LEASED).count(),
-        "dead": runs.filter(state=RunState.DEAD).count(),
+        **live,
         # Global on purpose: scoping it would need a join walk; a change elsewhere only costs a
         # refresh, it reveals nothing.
         "attempt": Attempt.objects.aggregate(m=Max("id"))["m"] or 0,

@@ -38,8 +38,8 @@ def _retention(tenant_ids, operator: bool):
     return retention.status(tenant_ids=tenant_ids)
 
 
-def _figures(ctx, tenant_ids, request):
-    d = stats.dashboard(tenant_ids=tenant_ids)
+def _figures(ctx, tenant_ids, request, live):
+    d = stats.dashboard(tenant_ids=tenant_ids, live=live)
     s = charts.series(tenant_ids, d.now, ctx["range"])
     tz = TimePrefs.of(request).zone_for(None)
     ctx.update(d=d, failing=failing_targets(tenant_ids=tenant_ids, now=d.now), series=s, outcome_chart=charts.outcome_chart(s, tz), lag_chart=charts.lag_chart(s, tz))
@@ -48,7 +48,10 @@ def _figures(ctx, tenant_ids, request):
 @portal_view
 def dashboard(request):
     tenant_ids = visible_tenant_ids(request.user)
-    fp = stats.fingerprint(tenant_ids=tenant_ids)
+    # Counted once: the fingerprint and the figures both need them (the dead count follows the
+    # size of the dead-letter queue).
+    live = stats.live_counts(tenant_ids=tenant_ids)
+    fp = stats.fingerprint(tenant_ids=tenant_ids, live=live)
     is_poll = request.htmx and "fp" in request.GET
     chart_range = request.GET.get("range") if request.GET.get("range") in charts.RANGES else charts.DEFAULT_RANGE
     ctx = {"fp": fp, "is_operator": is_operator(request.user), "idle": 0, "interval": INTERVALS[0],
@@ -67,10 +70,10 @@ def dashboard(request):
             # Nothing moved: only the poller is replaced (with a longer interval); the figures
             # are not recomputed.
             return render(request, "runs/dashboard.html#poller", ctx)
-        _figures(ctx, tenant_ids, request)
+        _figures(ctx, tenant_ids, request, live)
         ctx["oob"] = True
         return render(request, "runs/dashboard.html#update", ctx)
-    _figures(ctx, tenant_ids, request)
+    _figures(ctx, tenant_ids, request, live)
     if request.htmx and "range" in request.GET:
         # The range switch: the figures and a poller that keeps the new range.
         ctx["oob"] = True
