@@ -36,6 +36,7 @@ from django.db import transaction
 
 from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMinute, ActivityPending,
                              ScheduleActivity, TargetMinute)
+from runs.decisions import LEASE_EXPIRED
 from runs.models import Attempt, AttemptOutcome, RunKind, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
 
@@ -89,6 +90,7 @@ class _Tally:
 
     def __init__(self):
         self.minutes: dict[tuple, dict] = defaultdict(lambda: {"succeeded": 0, "failed": 0, "unknown": 0,
+                                                               "lease_expired": 0,
                                                                "lag": [0] * (len(LAG_BOUNDS) + 1),
                                                                "latency_sum": 0, "latency_count": 0})
         self.targets: dict[tuple, dict] = defaultdict(lambda: {"attempts": 0, "failed": 0, "last_failed_at": None})
@@ -104,6 +106,8 @@ class _Tally:
             for key in ((tenant, minute), (ALL_TENANTS, minute)):
                 m = self.minutes[key]
                 m[outcome] += 1
+                if outcome == AttemptOutcome.UNKNOWN and a["error_class"] == LEASE_EXPIRED:
+                    m["lease_expired"] += 1
                 if a["latency_ms"] is not None:
                     m["latency_sum"] += a["latency_ms"]
                     m["latency_count"] += 1
@@ -145,13 +149,14 @@ class _Tally:
             row.succeeded += inc["succeeded"]
             row.failed += inc["failed"]
             row.unknown += inc["unknown"]
+            row.lease_expired += inc["lease_expired"]
             row.latency_ms_sum += inc["latency_sum"]
             row.latency_count += inc["latency_count"]
             if any(inc["lag"]):
                 counts = list(row.lag_counts) or [0] * (len(LAG_BOUNDS) + 1)
                 row.lag_counts = [x + y for x, y in zip(counts, inc["lag"])]
         _write(ActivityMinute, rows, ["tenant_id", "minute"],
-               ["succeeded", "failed", "unknown", "lag_counts", "latency_ms_sum", "latency_count"])
+               ["succeeded", "failed", "unknown", "lease_expired", "lag_counts", "latency_ms_sum", "latency_count"])
 
     def _apply_targets(self) -> None:
         if not self.targets:
@@ -312,6 +317,12 @@ class ActivityAggregator:
                 model.objects.filter(id__in=ids).delete()
             most = max(most, len(ids))
         return most
+
+
+def counted_up_to() -> int:
+    """The activity loop's watermark (0 before its first pass): pollers of figures it feeds
+    compare it to see that something was counted. Cost: one primary-key lookup."""
+    return ActivityCursor.objects.filter(id=1).values_list("watermark", flat=True).first() or 0
 
 
 def drain(aggregator: ActivityAggregator | None = None) -> None:

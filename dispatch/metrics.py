@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from dispatch.activity_figures import attempt_figures
 from dispatch.models import ShardLease, WorkerStat
 from runs import retention, stats
 from scheduler_project.dbclock import db_now
@@ -87,7 +88,7 @@ class SchedulerCollector:
         yield _gauge("scheduler_dead_letter_size", "Runs in the dead-letter queue", dl.size)
         yield _gauge("scheduler_dead_letter_added_last_hour", "Runs that went dead in the last hour", dl.last_hour)
 
-        af = stats.attempt_figures(now=now, floor=floor)
+        af = attempt_figures(now=now)
         yield _gauge("scheduler_lease_expirations_last_hour", "Leases that expired in the last hour",
                      af.lease_expirations_last_hour)
         yield _gauge("scheduler_unknown_attempts_last_day", "Attempts whose outcome is unknown, last 24 h",

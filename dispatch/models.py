@@ -113,6 +113,8 @@ class ActivityMinute(models.Model):
     succeeded = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)
     unknown = models.PositiveIntegerField(default=0)
+    # Of the unknown ones, those the reconciler ended because their lease expired.
+    lease_expired = models.PositiveIntegerField(default=0)
     # Counts per LAG_BOUNDS bucket (len(LAG_BOUNDS) + 1 entries); empty until a lag is counted.
     lag_counts = models.JSONField(default=list, blank=True)
     # Latency (ms) of attempts that got an answer, summed, with their count, for a mean per minute.

@@ -31,6 +31,8 @@ BUFFERED_UNTIL = datetime(2999, 1, 1, tzinfo=timezone.utc)
 MAX_OCCURRENCES_PER_PASS = 10_000
 # Retry-After from a target is honoured up to this long.
 MAX_RETRY_AFTER_SECONDS = 3600.0
+# The error class of an attempt the reconciler ended because its lease expired (outcome unknown).
+LEASE_EXPIRED = "LeaseExpired"
 
 
 def iso(dt: datetime | None) -> str | None:

@@ -10,9 +10,9 @@ They must stay cheap on a runs table of hundreds of millions of rows, so each on
   planner can descend the index once per tenant;
 - a bounded tail of the attempts table by primary key (`recent_attempt_floor`): attempt ids grow
   with time, so "the attempts with the newest N ids" is a primary-key range of at most N rows
-  whatever the table's size. Windowed attempt figures are exact while the window holds fewer than N
-  attempts and say `capped` otherwise.
-The cost of each query is noted next to it.
+  whatever the table's size (the start lags read it).
+The cost of each query is noted next to it. Figures summed from the activity loop's rows (failing
+targets, unknown outcomes, lease expirations) are in dispatch.activity_figures.
 
 Percentiles are computed in Python over the bounded sample so the module works on the embedded
 SQLite database as well as PostgreSQL.
@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Max, Min, Q
 from django.db.models.functions import Mod
 
-from runs.models import Attempt, AttemptOutcome, OutboxEvent, Run, RunKind, RunState, attempts_with_their_runs
+from runs.models import Attempt, OutboxEvent, Run, RunKind, RunState, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
 from schedules.models import Tenant
 
@@ -38,8 +38,6 @@ ATTEMPT_SAMPLE = 50_000
 LAG_WINDOW = timedelta(minutes=15)
 LAG_NOW_WINDOW = timedelta(minutes=1)
 RECENT = timedelta(hours=1)
-UNKNOWN_WINDOW = timedelta(hours=24)
-FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
 
 
 def _tenant_list(tenant_ids):
@@ -128,17 +126,20 @@ def lag_samples(*, tenant_ids=None, now: datetime | None = None, floor: int | No
     """Scheduled-to-start lags (seconds, sorted) of first attempts started in the last 15
     minutes, and of those in the last minute; about LAG_SAMPLE of them at most, evenly spread.
     Backfills are left out: their scheduled times are in the past on purpose.
-    Cost: a count of the bounded attempts tail (no join), then at most about LAG_SAMPLE of its
-    attempts joined to their runs by primary key; for a tenant's view of a window that other
-    tenants made busy, a second read at the stride its own share needs."""
+    Cost: the bounded attempts tail read once, at most about LAG_SAMPLE of its attempts joined
+    to their runs by primary key; when the window held few of the tail's attempts (a quiet
+    quarter hour, or a tenant's view of one other tenants made busy), a second read at the
+    stride that share needs."""
     now = now or db_now()
     floor = recent_attempt_floor() if floor is None else floor
-    in_window = Attempt.objects.filter(id__gte=floor, generation=1, started_at__gte=now - LAG_WINDOW).count()
-    stride = max(1, math.ceil(in_window / LAG_SAMPLE))
+    # The stride from the tail's span of ids (two index probes), assuming the window is busy;
+    # counting the window's starts first would read the tail twice when it is.
+    span = Attempt.objects.filter(id__gte=floor).aggregate(lo=Min("id"), hi=Max("id"))
+    stride = max(1, math.ceil((span["hi"] - span["lo"] + 1) / LAG_SAMPLE)) if span["hi"] else 1
     rows = _lag_rows(tenant_ids, floor, now, stride)
     if stride > 1 and len(rows) < LAG_SAMPLE // 4:
-        # The viewer's tenants had a small share of the window: read them at the stride that
-        # share needs (all of them, often) rather than keep a thin sample.
+        # The window held a small share of the tail (or the viewer's tenants did): read it at
+        # the stride that share needs (all of it, often) rather than keep a thin sample.
         stride = max(1, (len(rows) * stride) // LAG_SAMPLE)
         rows = _lag_rows(tenant_ids, floor, now, stride)
     lags, recent = [], []
@@ -272,33 +273,6 @@ def dead_letter(*, tenant_ids=None, now: datetime | None = None, size: int | Non
     return DeadLetter(size=size, **agg)
 
 
-@dataclass
-class AttemptFigures:
-    lease_expirations_last_hour: int
-    unknown_last_day: int
-    capped: bool  # the bounded sample did not reach back over the whole day
-    oldest_unknown_at: datetime | None = None  # the oldest of those unknown outcomes
-
-
-def attempt_figures(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> AttemptFigures:
-    """Lease expirations (the reconciler marks those attempts unknown with LeaseExpired) in the
-    last hour, and every unknown outcome in the last day: attempts whose target may or may not
-    have acted. Cost: the bounded attempts tail."""
-    now = now or db_now()
-    floor = recent_attempt_floor() if floor is None else floor
-    tail = _recent_attempts(tenant_ids, floor).filter(outcome=AttemptOutcome.UNKNOWN)
-    agg = tail.aggregate(
-        lease=Count("id", filter=Q(error_class="LeaseExpired", finished_at__gt=now - RECENT)),
-        unknown=Count("id", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
-        oldest=Min("finished_at", filter=Q(finished_at__gt=now - UNKNOWN_WINDOW)),
-    )
-    oldest_in_sample = (Attempt.objects.filter(id__gte=floor).order_by("id").values_list("started_at", flat=True).first()
-                        if floor else None)
-    capped = bool(oldest_in_sample and oldest_in_sample > now - UNKNOWN_WINDOW)
-    return AttemptFigures(lease_expirations_last_hour=agg["lease"], unknown_last_day=agg["unknown"], capped=capped,
-                          oldest_unknown_at=agg["oldest"])
-
-
 def oldest_unpublished_event_at() -> datetime | None:
     """When the oldest event the relay has not published yet was written (outbox lag).
     Cost: the first entry of outbox_unpublished_idx."""
@@ -359,7 +333,6 @@ class Dashboard:
     overdue: Overdue
     states: StateCounts
     dead_letter: DeadLetter
-    attempts: AttemptFigures
     tenants: list = field(default_factory=list)
     latest_dead: list = field(default_factory=list)
 
@@ -375,16 +348,16 @@ def dashboard(*, tenant_ids=None, live: dict | None = None) -> Dashboard:
         overdue=overdue(tenant_ids=tenant_ids, now=now),
         states=runs_by_state(tenant_ids=tenant_ids, now=now, live=live),
         dead_letter=dead_letter(tenant_ids=tenant_ids, now=now, size=live[RunState.DEAD.value]),
-        attempts=attempt_figures(tenant_ids=tenant_ids, now=now, floor=floor),
         tenants=per_tenant(tenant_ids=tenant_ids, now=now),
         latest_dead=latest_dead(tenant_ids=tenant_ids, now=now),
     )
 
 
-def fingerprint(*, tenant_ids=None, live: dict | None = None) -> str:
+def fingerprint(*, tenant_ids=None, live: dict | None = None, also=None) -> str:
     """A cheap token that changes whenever the dashboard's figures would: the live-state totals
     (`live`, when the caller has counted them already) and the newest attempt id. Pollers compare
-    it to skip the full dashboard when nothing moved.
+    it to skip the full dashboard when nothing moved; `also`: anything else the caller's figures
+    follow (the dashboard: how far the activity loop has counted).
     Cost: live_counts and two index probes."""
     live = live_counts(tenant_ids=tenant_ids) if live is None else live
     parts = {
@@ -393,6 +366,7 @@ def fingerprint(*, tenant_ids=None, live: dict | None = None) -> str:
         # refresh, it reveals nothing.
         "attempt": Attempt.objects.aggregate(m=Max("id"))["m"] or 0,
         "oldest": _runs(tenant_ids).filter(state=RunState.READY).aggregate(m=Min("next_eligible_at"))["m"],
+        "also": also,
     }
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

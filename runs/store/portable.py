@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import Case, CharField, Count, DateTimeField, F, IntegerField, Min, Q, TextField, Value, When
 from django.db.models.functions import Mod
 
-from runs.decisions import BUFFERED_UNTIL, Claimed, Decided, Event, VersionPolicy, completion_kind, event, iso
+from runs.decisions import BUFFERED_UNTIL, LEASE_EXPIRED, Claimed, Decided, Event, VersionPolicy, completion_kind, event, iso
 from runs.models import (
     TERMINAL_STATES,
     Attempt,
@@ -370,7 +370,7 @@ class PortableStore(PortableHistory):
         for r in runs:
             cond |= Q(run_id=r.id, generation=r.generation)
         Attempt.objects.filter(cond, outcome__isnull=True).update(
-            outcome=AttemptOutcome.UNKNOWN, finished_at=now, error_class="LeaseExpired", error=error,
+            outcome=AttemptOutcome.UNKNOWN, finished_at=now, error_class=LEASE_EXPIRED, error=error,
         )
 
     def release_buffered(self, schedule_ids, *, now: datetime) -> int:

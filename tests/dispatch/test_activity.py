@@ -8,7 +8,8 @@ import pytest
 from dispatch.activity import ActivityAggregator, drain, lag_bucket
 from dispatch.loops import drain as drain_step
 from dispatch.loops import scan_step
-from dispatch.failing_targets import failing_targets
+from dispatch.activity import minute_of
+from dispatch.activity_figures import attempt_figures, failing_targets
 from dispatch.models import (ALL_TENANTS, ActivityCursor, ActivityMinute, ActivityPending, LAG_BOUNDS,
                              ScheduleActivity, TargetMinute)
 from dispatch.worker import run_worker
@@ -167,6 +168,24 @@ def test_targets_are_counted_per_minute_and_ranked_by_failures(tenant, sched, ot
     assert [(t.target_url, t.failed, t.attempts) for t in mine] == [(other.current.target_url, 1, 3)]
     # Outside the hour: nothing.
     assert failing_targets(now=now + timedelta(hours=2)) == []
+
+
+def test_unknown_outcomes_and_lease_expirations_are_summed_from_the_minutes(tenant, sched, other_tenant):
+    expired = finished_attempt(sched, ago=90, outcome=AttemptOutcome.UNKNOWN, status=None, latency=None)
+    Attempt.objects.filter(id=expired.id).update(error_class="LeaseExpired")
+    finished_attempt(sched, ago=30, outcome=AttemptOutcome.UNKNOWN, status=None, latency=None)
+    finished_attempt(sched, ago=30, outcome=AttemptOutcome.FAILED, status=500)
+    finished_attempt(sched, ago=30)
+    drain(NOW)
+    now = db_now()
+    f = attempt_figures(now=now)
+    assert (f.lease_expirations_last_hour, f.unknown_last_day) == (1, 2)
+    assert f.oldest_unknown_at == minute_of(expired.finished_at)
+    assert attempt_figures(tenant_ids=[tenant.id], now=now).unknown_last_day == 2
+    assert attempt_figures(tenant_ids=[other_tenant.id], now=now).unknown_last_day == 0
+    later = attempt_figures(now=now + timedelta(hours=2))  # out of the hour, still in the day
+    assert (later.lease_expirations_last_hour, later.unknown_last_day) == (0, 2)
+    assert attempt_figures(now=now + timedelta(days=2)).unknown_last_day == 0
 
 
 def test_a_target_url_longer_than_an_index_entry_is_counted(tenant, target):

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from dispatch.activity import ActivityAggregator
 from dispatch.activity import drain as count_activity
-from dispatch.failing_targets import failing_targets
+from dispatch.activity_figures import failing_targets
 from dispatch.loops import drain, scan_step
 from runs import queue, stats
 from scheduler_project.dbclock import db_now

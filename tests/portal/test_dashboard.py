@@ -6,7 +6,6 @@ from datetime import timedelta
 from django.urls import reverse
 
 from dispatch.activity import ActivityAggregator, drain
-from runs import stats
 from runs.models import AttemptOutcome, RunState
 from scheduler_project.web.portal import dashboard as dash
 
@@ -58,7 +57,7 @@ def test_a_tenant_user_sees_only_their_tenant_on_the_dashboard(acme, schedule, o
 
 
 def test_an_unchanged_poll_returns_only_a_slower_poller(operator, schedule):
-    fp = stats.fingerprint()
+    fp = dash.fingerprint(None)
     r = operator.get(reverse("runs-dashboard"), {"fp": fp, "idle": 0}, **HX)
     html = r.content.decode()
     assert r.status_code == 200
@@ -69,7 +68,7 @@ def test_an_unchanged_poll_returns_only_a_slower_poller(operator, schedule):
 
 
 def test_a_changed_poll_sends_new_figures_out_of_band(operator, schedule):
-    fp = stats.fingerprint()
+    fp = dash.fingerprint(None)
     make_run(schedule, RunState.DEAD, error="fresh failure")
     r = operator.get(reverse("runs-dashboard"), {"fp": fp, "idle": 4}, **HX)
     html = r.content.decode()
@@ -79,7 +78,7 @@ def test_a_changed_poll_sends_new_figures_out_of_band(operator, schedule):
 
 
 def test_polling_stops_after_a_long_quiet_spell(operator, schedule):
-    fp = stats.fingerprint()
+    fp = dash.fingerprint(None)
     r = operator.get(reverse("runs-dashboard"), {"fp": fp, "idle": dash.STOP_AFTER_IDLE - 1}, **HX)
     assert r.status_code == 286
     html = r.content.decode()

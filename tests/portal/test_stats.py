@@ -69,16 +69,6 @@ def test_dead_letter_growth_compares_the_last_hour_with_the_one_before(schedule)
     assert recent
 
 
-def test_lease_expirations_and_unknown_outcomes_are_counted(schedule):
-    make_run(schedule, RunState.DEAD, outcome=AttemptOutcome.UNKNOWN, http_status=None)
-    make_run(schedule, RunState.DEAD)
-    f = stats.attempt_figures()
-    assert f.lease_expirations_last_hour == 1
-    assert f.unknown_last_day == 1
-    assert f.capped is False
-    assert f.oldest_unknown_at == Attempt.objects.get(outcome=AttemptOutcome.UNKNOWN).finished_at
-
-
 def test_per_tenant_in_flight_and_backlog_are_scoped(schedule, other_schedule):
     make_run(schedule, RunState.LEASED)
     make_run(schedule, RunState.READY)

@@ -1,11 +1,12 @@
-"""The operator dashboard: the figures from `runs.stats`, and the charts (charts.py) and failing
-targets (dispatch.failing_targets) from the pre-aggregated activity rows, refreshed by a poller
-that checks a cheap fingerprint first and backs off while nothing changes."""
+"""The operator dashboard: the figures from `runs.stats`, and the charts (charts.py), failing
+targets and unknown outcomes (dispatch.activity_figures) from the pre-aggregated activity rows,
+refreshed by a poller that checks a cheap fingerprint first and backs off while nothing changes."""
 
 from django.shortcuts import render
 from django_htmx.http import HttpResponseStopPolling
 
-from dispatch.failing_targets import failing_targets
+from dispatch.activity import counted_up_to
+from dispatch.activity_figures import attempt_figures, failing_targets
 from runs import retention, stats
 from runs.models import RetentionPolicy
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
@@ -38,11 +39,18 @@ def _retention(tenant_ids, operator: bool):
     return retention.status(tenant_ids=tenant_ids)
 
 
+def fingerprint(tenant_ids, live=None) -> str:
+    """What a poll compares: runs.stats' fingerprint, and the activity loop's progress, which the
+    charts, failing targets and unknown outcomes follow (they trail the attempts)."""
+    return stats.fingerprint(tenant_ids=tenant_ids, live=live, also=counted_up_to())
+
+
 def _figures(ctx, tenant_ids, request, live):
     d = stats.dashboard(tenant_ids=tenant_ids, live=live)
     s = charts.series(tenant_ids, d.now, ctx["range"])
     tz = TimePrefs.of(request).zone_for(None)
-    ctx.update(d=d, failing=failing_targets(tenant_ids=tenant_ids, now=d.now), series=s, outcome_chart=charts.outcome_chart(s, tz), lag_chart=charts.lag_chart(s, tz))
+    ctx.update(d=d, failing=failing_targets(tenant_ids=tenant_ids, now=d.now),
+               attempts=attempt_figures(tenant_ids=tenant_ids, now=d.now), series=s, outcome_chart=charts.outcome_chart(s, tz), lag_chart=charts.lag_chart(s, tz))
 
 
 @portal_view
@@ -51,7 +59,7 @@ def dashboard(request):
     # Counted once: the fingerprint and the figures both need them (the dead count follows the
     # size of the dead-letter queue).
     live = stats.live_counts(tenant_ids=tenant_ids)
-    fp = stats.fingerprint(tenant_ids=tenant_ids, live=live)
+    fp = fingerprint(tenant_ids, live)
     is_poll = request.htmx and "fp" in request.GET
     chart_range = request.GET.get("range") if request.GET.get("range") in charts.RANGES else charts.DEFAULT_RANGE
     ctx = {"fp": fp, "is_operator": is_operator(request.user), "idle": 0, "interval": INTERVALS[0],
