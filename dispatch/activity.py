@@ -20,9 +20,9 @@ One pass (`ActivityAggregator.step`), in one transaction:
    TARGET_RETENTION.
 
 Each pass costs a primary-key range of at most BATCH attempts (joined to their runs and versions
-by primary key), PENDING_BATCH primary-key lookups, and writes proportional to what it read, whatever the
-size of the history. A new database starts INITIAL_TAIL attempts back rather than at the
-beginning of time.
+by primary key), PENDING_BATCH primary-key lookups, and writes proportional to what it read,
+whatever the size of the history. A new database starts INITIAL_TAIL attempts back rather than at
+the beginning of time.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def failing_targets(*, tenant_ids=None, now: datetime, limit: int = 5) -> list[F
     """The `limit` target URLs with the most failures ending in the hour before `now` (the
     minute `now` falls in included), of `tenant_ids` (None: every tenant), most failures first."""
     rows = (
-        TargetMinute.objects.filter(tenant_id__in=_tenants(tenant_ids), minute__gt=minute_of(now - WINDOW), minute__lte=now)
+        TargetMinute.objects.filter(tenant_id__in=_tenants(tenant_ids), minute__gt=minute_of(now - WINDOW),
+                                    minute__lte=now)
         .values("target_url")
         .annotate(failed_sum=Sum("failed"), attempts_sum=Sum("attempts"), last=Max("last_failed_at"))
         .filter(failed_sum__gt=0)
