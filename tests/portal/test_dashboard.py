@@ -84,3 +84,13 @@ def test_polling_stops_after_a_long_quiet_spell(operator, schedule):
     html = r.content.decode()
     assert "hx-trigger" not in html.split("Resume")[0]
     assert "Resume live updates" in html
+
+
+def test_a_forged_idle_count_is_clamped_not_a_server_error(operator, schedule):
+    fp = dash.fingerprint(None)
+    for idle, interval in (("-99999999999999999999", 10), ("-3", 10), ("99999999999999999999999", None), ("x", 10)):
+        r = operator.get(reverse("runs-dashboard"), {"fp": fp, "idle": idle}, **HX)
+        if interval is None:  # past the quiet spell: polling stops
+            assert r.status_code == 286
+        else:
+            assert r.status_code == 200 and f'hx-trigger="every {interval}s"' in r.content.decode()

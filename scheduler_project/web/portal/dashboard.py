@@ -66,7 +66,8 @@ def dashboard(request):
            "range": chart_range, "ranges": list(charts.RANGES)}
     if is_poll:
         try:
-            idle = int(request.GET.get("idle", "0"))
+            # The poller sends back what it was given; anything else (negative, huge) is clamped.
+            idle = min(max(int(request.GET.get("idle", "0")), 0), STOP_AFTER_IDLE)
         except ValueError:
             idle = 0
         if request.GET["fp"] == fp:
