@@ -150,8 +150,13 @@ class Run(models.Model):
             models.Index(fields=["tenant", "next_eligible_at"], name="run_ready_tenant_idx", condition=Q(state="ready")),
             # The reconciler's expiry scan: leased runs by lease end.
             models.Index(fields=["lease_until"], name="run_leased_idx", condition=Q(state="leased")),
-            # Dead-letter queue listing and its size.
+            # The dead-letter queue's size and the dashboard's latest dead runs (by when they died).
             models.Index(fields=["tenant", "-finished_at"], name="run_dead_idx", condition=Q(state="dead")),
+            # The portal's dead runs in list order (the DLQ, its groups' sample, the runs list
+            # filtered to dead): one tenant's, and every tenant's. Without them a page of dead runs
+            # walks the tenant's whole recent history, finished runs first, to find fifty.
+            models.Index(fields=["tenant", "-scheduled_time", "-id"], name="run_dead_time_idx", condition=Q(state="dead")),
+            models.Index(fields=["-scheduled_time", "-id"], name="run_dead_all_time_idx", condition=Q(state="dead")),
             # Run lists per schedule and per tenant (keyset pagination on scheduled_time, id).
             models.Index(fields=["schedule", "-scheduled_time", "-id"], name="run_schedule_time_idx"),
             models.Index(fields=["tenant", "-scheduled_time", "-id"], name="run_tenant_time_idx"),

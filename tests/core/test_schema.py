@@ -13,7 +13,8 @@ pytestmark = pytest.mark.django_db
 NAMED = {
     "runs_occurrence": {"occurrence_identity_unique"},  # one occurrence per (schedule, version, instant)
     "runs_attempt": {"attempt_run_generation_unique", "attempt_one_open_per_run"},  # one per generation; one open
-    "runs_run": {"run_ready_idx", "run_ready_tenant_idx", "run_leased_idx", "run_dead_idx", "run_state_valid",
+    "runs_run": {"run_ready_idx", "run_ready_tenant_idx", "run_leased_idx", "run_dead_idx", "run_dead_time_idx",
+                 "run_dead_all_time_idx", "run_state_valid",
                  "run_lease_iff_leased", "run_finished_iff_terminal", "run_ready_has_eligibility"},
     "schedules_schedule": {"schedule_due_idx"},
     "runs_outboxevent": {"outbox_unpublished_idx", "outbox_relay_due_idx"},

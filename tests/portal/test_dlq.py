@@ -19,10 +19,32 @@ def test_dead_runs_are_grouped_by_schedule_and_error(operator, schedule, other_s
     make_run(schedule, RunState.DEAD, error="ConnectTimeout: no answer")
     make_run(other_schedule, RunState.DEAD, error="HTTP 404 from target")
     r = operator.get(reverse("runs-dlq"))
-    groups = {(g["schedule__name"], g["error_key"]): g["n"] for g in r.context["groups"]}
+    groups = {(g["schedule__name"], g["error_key"]): g["n"] for g in r.context["groups"].rows}
     assert groups == {("nightly-report", "HTTP 503 from target"): 3, ("nightly-report", "ConnectTimeout: no answer"): 1,
                       ("globex-sync", "HTTP 404 from target"): 1}
     assert len(r.context["page"].rows) == 5
+
+
+def test_groups_count_the_newest_runs_and_say_so_when_older_ones_are_left_out(operator, schedule, monkeypatch):
+    from datetime import timedelta
+
+    from scheduler_project.web.portal import dlq
+
+    monkeypatch.setattr(dlq, "GROUP_SAMPLE", 3)
+    for days in (3, 2):
+        make_run(schedule, RunState.DEAD, error="ConnectTimeout: no answer", age=timedelta(days=days))
+    for _ in range(3):
+        make_run(schedule, RunState.DEAD, error="HTTP 503 from target")
+    r = operator.get(reverse("runs-dlq"))
+    groups = r.context["groups"]
+    assert [(g["error_key"], g["n"]) for g in groups.rows] == [("HTTP 503 from target", 3)]
+    assert groups.more and groups.sampled == 3
+    assert 'data-testid="groups-sampled"' in r.content.decode()
+    assert len(r.context["page"].rows) == 5  # the list still has every run
+    # Narrowed by the filter, the older group is counted whole and nothing is said about a sample.
+    r = operator.get(reverse("runs-dlq"), {"error": "ConnectTimeout"})
+    assert [(g["error_key"], g["n"]) for g in r.context["groups"].rows] == [("ConnectTimeout: no answer", 2)]
+    assert 'data-testid="groups-sampled"' not in r.content.decode()
 
 
 def test_a_group_link_filters_to_that_group(operator, schedule):

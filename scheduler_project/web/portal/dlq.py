@@ -4,9 +4,10 @@ and bulk cancel (runs still retrying), over a selection or the current filter.
 Each bulk action first shows how many runs it will touch, then loops the single-run service,
 one transaction per run, so one run that changed state meanwhile is reported, not fatal."""
 
+from dataclasses import dataclass
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Max
 from django.db.models.functions import Left
 from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect
@@ -15,6 +16,7 @@ from django.utils.http import urlencode
 
 from runs import services
 from runs.models import Run, RunState
+from schedules.models import Schedule
 from scheduler_project.web.portal.runs import run_filters, runs_page, _tenant_ids_for_merge
 from scheduler_project.web.access import actor_for, is_operator, operable_tenant_ids, portal_view, scope, visible_tenants
 from scheduler_project.errors import ServiceError
@@ -26,6 +28,9 @@ from scheduler_project.web.portal.display import plural
 BULK_LIMIT = 1000
 ERROR_KEY_LEN = 120
 GROUP_LIMIT = 50
+# The groups count this many of the newest matching runs: enough to show what is failing now,
+# and a page that costs the same with a queue of a hundred or of a hundred thousand.
+GROUP_SAMPLE = 2000
 VIEWS = {
     # dead: the queue itself. retrying: runs that failed and wait for another attempt, the ones a
     # cancel can still stop before they land here (cancel_run refuses dead runs).
@@ -53,26 +58,56 @@ def _filtered(request, view_name, params):
     return qs, values
 
 
-def _groups(qs):
-    # Cost: the dead-letter queue only (run_dead_idx / run_ready_idx), grouped; bounded output.
-    return list(
-        qs.annotate(error_key=Left("last_error", ERROR_KEY_LEN))
-        .values("schedule_id", "schedule__name", "tenant__slug", "error_key")
-        .annotate(n=Count("id"), latest=Max("finished_at"))
-        .order_by("-n", "schedule__name")[:GROUP_LIMIT]
+@dataclass(frozen=True)
+class Groups:
+    rows: list
+    sampled: int  # how many of the newest matching runs were counted
+    more: bool  # older matching runs exist that the groups leave out
+
+
+def _groups(qs, tenant_ids) -> Groups:
+    """The newest GROUP_SAMPLE matching runs, counted by schedule and error.
+
+    Cost: one range of run_dead_time_idx (one tenant in view) or run_dead_all_time_idx (the DLQ)
+    and GROUP_SAMPLE heap rows, whatever the queue's size; then the groups' schedules by key.
+    Counting every dead run read each one from the heap, which grows with the history."""
+    if tenant_ids is not None and len(tenant_ids) == 1:
+        qs = qs.filter(tenant_id=tenant_ids[0])  # the same rows, as runs_page reads them
+    sample = list(
+        qs.order_by("-scheduled_time", "-id")
+        .annotate(error_key=Left("last_error", ERROR_KEY_LEN))
+        .values_list("schedule_id", "error_key", "finished_at")[: GROUP_SAMPLE + 1]
     )
+    more = len(sample) > GROUP_SAMPLE
+    sample = sample[:GROUP_SAMPLE]
+    counts: dict[tuple, list] = {}
+    for schedule_id, error_key, finished_at in sample:
+        g = counts.setdefault((schedule_id, error_key or ""), [0, finished_at])
+        g[0] += 1
+        if finished_at and (g[1] is None or finished_at > g[1]):
+            g[1] = finished_at
+    names = {s["id"]: s for s in Schedule.objects.filter(id__in={k[0] for k in counts})
+             .values("id", "name", "tenant__slug")}
+    rows = [
+        {"schedule_id": sid, "schedule__name": names.get(sid, {}).get("name", ""),
+         "tenant__slug": names.get(sid, {}).get("tenant__slug", ""), "error_key": key, "n": n, "latest": latest}
+        for (sid, key), (n, latest) in counts.items()
+    ]
+    rows.sort(key=lambda g: (-g["n"], g["schedule__name"], g["error_key"]))
+    return Groups(rows=rows[:GROUP_LIMIT], sampled=len(sample), more=more)
 
 
 @portal_view
 def dlq(request):
     view_name = _view_name(request)
     qs, values = _filtered(request, view_name, request.GET)
-    page = runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
+    tenant_ids = _tenant_ids_for_merge(request, values)
+    page = runs_page(qs, request.GET.get("after"), tenant_ids)
     can_operate = operable_tenant_ids(request.user, "operate_runs") != []
     # Bounded: the count the "all matching" button states, at most one past the bulk limit.
     matching = qs.order_by()[: BULK_LIMIT + 1].count() if can_operate else 0
     return render_view(request, "runs/dlq.html", {
-        "view": view_name, "f": values, "groups": _groups(qs), "page": page, "matching": matching,
+        "view": view_name, "f": values, "groups": _groups(qs, tenant_ids), "page": page, "matching": matching,
         "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
         "bulk_limit": BULK_LIMIT, "can_operate": can_operate, "back": _back_from(view_name, values),
     }, partial="results")
