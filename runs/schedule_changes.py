@@ -35,6 +35,7 @@ from schedules.services import (
     Actor,
     anchor_for,
     audit,
+    audit_entry,
     first_run_at,
     jsonable,
     new_version,
@@ -66,6 +67,11 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
     return schedule, version
 
 
+def _created_entry(schedule: Schedule, fields: dict, *, tenant: Tenant, by: Actor) -> AuditEntry:
+    return audit_entry("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant,
+                       after=jsonable(fields))
+
+
 def _wake_scanners_for(schedules, now: datetime) -> None:
     """Scanners poll every SCHEDULER_POLL_SECONDS and make runs SCHEDULER_HORIZON_SECONDS ahead;
     a schedule first due later than that is found by their polling, so only one due sooner needs
@@ -82,10 +88,7 @@ def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = T
     fields = {**VERSIONED_DEFAULTS, **given}
     rule = validate_fields(tenant, fields, now=now)
     schedule, version = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)
-    version.save(force_insert=True)
-    schedule.current = version
-    schedule.save(force_insert=True)
-    audit("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant, after=jsonable(fields))
+    store().insert_schedule(schedule, version, _created_entry(schedule, fields, tenant=tenant, by=by))
     _wake_scanners_for([schedule], now)
     return schedule
 
@@ -111,7 +114,8 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
     if len(items) > MAX_BATCH:
         raise ValidationFailed({"schedules": [f"at most {MAX_BATCH} schedules per request; this one has {len(items)}"]})
     # The allowlist is read once for all items; the quotas are applied to the batch as a whole below.
-    prefetch_related_objects([tenant], "targets")
+    if tenant.known_prefixes is None:
+        prefetch_related_objects([tenant], "targets")
     results: list = []
     valid = []
     for index, given in enumerate(items):
@@ -133,11 +137,7 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
         for (_, (schedule, _)), version in zip(made, versions):
             schedule.current = version
         store().insert_new(Schedule, [s for _, (s, _) in made])
-        store().insert_new(AuditEntry, [
-            AuditEntry(tenant_id=tenant.id, actor=by.name, action="schedule.create", object_type="schedule",
-                       object_id=str(s.id), remote_addr=by.remote_addr or "", after=jsonable(fields))
-            for fields, (s, _) in made
-        ])
+        store().insert_new(AuditEntry, [_created_entry(s, fields, tenant=tenant, by=by) for fields, (s, _) in made])
         _wake_scanners_for([s for _, (s, _) in made], now)
     return [r if isinstance(r, ServiceError) else r[1][0] for r in results]
 

@@ -58,7 +58,13 @@ class Tenant(models.Model):
     def __str__(self):
         return self.slug
 
+    # Set when the allowlist was read with the tenant (the API's key lookup, in the same
+    # statement); otherwise it is read on use.
+    known_prefixes: list[str] | None = None
+
     def allowed_prefixes(self) -> list[str]:
+        if self.known_prefixes is not None:
+            return list(self.known_prefixes)
         return [t.prefix for t in self.targets.all()]
 
 

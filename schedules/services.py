@@ -299,8 +299,10 @@ def version_fields(version: ScheduleVersion) -> dict:
     return {name: getattr(version, name) for name in VERSIONED_DEFAULTS}
 
 
-def audit(action: str, *, by: Actor, obj_type: str, obj_id, tenant=None, tenant_id=None, before=None, after=None) -> None:
-    AuditEntry.objects.create(
+def audit_entry(action: str, *, by: Actor, obj_type: str, obj_id, tenant=None, tenant_id=None, before=None,
+                after=None) -> AuditEntry:
+    """The unsaved audit entry for a change; `audit` saves it, bulk writers insert many."""
+    return AuditEntry(
         tenant_id=tenant.id if tenant else tenant_id,
         actor=by.name,
         action=action,
@@ -310,6 +312,10 @@ def audit(action: str, *, by: Actor, obj_type: str, obj_id, tenant=None, tenant_
         before=before,
         after=after,
     )
+
+
+def audit(action: str, **entry) -> None:
+    audit_entry(action, **entry).save(force_insert=True)
 
 
 def jsonable(fields: dict) -> dict:

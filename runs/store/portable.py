@@ -52,6 +52,15 @@ class PortableStore(PortableHistory):
         auto-numbered primary key is set on each instance (the caller points other rows at it)."""
         model.objects.bulk_create(objs)
 
+    def insert_schedule(self, schedule: Schedule, version: ScheduleVersion, entry) -> None:
+        """A new schedule's rows, all unsaved: its first version, the schedule with that version
+        current, and the audit entry of its creation. The schedule's id is already set (the version
+        points at it); the version's id is set here, and `schedule.current` is the version."""
+        version.save(force_insert=True)
+        schedule.current = version
+        schedule.save(force_insert=True)
+        entry.save(force_insert=True)
+
     # --- events ----------------------------------------------------------------------------------
 
     def insert_events(self, events: list[Event], *, now: datetime) -> None:

@@ -146,3 +146,32 @@ def test_cancel_unstarted_and_skip_unclaimed_write_their_events(tenant, target):
     assert [states[i] for i in ids] == ["skipped", "canceled", "canceled"]
     assert OutboxEvent.objects.filter(kind="run.skipped").count() == 1
     assert OutboxEvent.objects.filter(kind="run.canceled", payload__reason="paused").count() == 2
+
+
+def test_insert_schedule_stores_the_three_rows_as_the_instances_hold_them(tenant, target):
+    """A new schedule's version, schedule and audit entry (one round trip on PostgreSQL, three
+    saves on SQLite): the stored rows equal the instances afterwards, and the version's new id is
+    both on the version and the schedule's current version."""
+    from runs.schedule_changes import create_schedule
+    from schedules.models import AuditEntry, Schedule, ScheduleVersion
+
+    now = db_now()
+    made = create_schedule(tenant, {"name": "contract", "expression": "0 3 * * *", "time_zone": "Europe/Paris",
+                                    "target_url": target.url + "/x", "payload": {"k": [1, "é"]}},
+                           by=SYSTEM, now=now)
+    version = made.current
+    assert version.id is not None and made.current_id == version.id
+    stored = Schedule.objects.select_related("current").get(id=made.id)
+    for field in Schedule._meta.concrete_fields:
+        assert getattr(stored, field.attname) == getattr(made, field.attname), field.name
+    for field in ScheduleVersion._meta.concrete_fields:
+        assert getattr(stored.current, field.attname) == getattr(version, field.attname), field.name
+    assert stored.current.payload == {"k": [1, "é"]} and stored.current.schedule_id == made.id
+    entry = AuditEntry.objects.get(object_id=str(made.id))
+    assert (entry.action, entry.tenant_id, entry.actor) == ("schedule.create", tenant.id, SYSTEM.name)
+    assert entry.after["name"] == "contract" and entry.after["payload"] == {"k": [1, "é"]}
+    # A second one takes the next version id: the schedule points at its own version, not the last.
+    other = create_schedule(tenant, {"name": "second", "expression": "0 4 * * *", "time_zone": "UTC",
+                                     "target_url": target.url + "/y"}, by=SYSTEM, now=now)
+    assert Schedule.objects.get(id=other.id).current.name == "second"
+    assert Schedule.objects.get(id=made.id).current.name == "contract"

@@ -2,10 +2,12 @@
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
+from scheduler_project.web.api.keylookup import find_key
 from schedules.models import ApiKey, hash_api_key
 
 
@@ -15,9 +17,10 @@ class KeyPrincipal:
     is_authenticated = True
     is_anonymous = False
 
-    def __init__(self, key: ApiKey):
+    def __init__(self, key: ApiKey, counted: tuple[int, float] | None = None):
         self.key = key
         self.tenant = key.tenant
+        self.counted = counted
 
     def __str__(self):
         return f"key:{self.key.prefix}"
@@ -34,17 +37,20 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             raise exceptions.AuthenticationFailed("use 'Authorization: Bearer <api key>'")
-        try:
-            key = ApiKey.objects.select_related("tenant").get(key_hash=hash_api_key(raw.strip()))
-        except ApiKey.DoesNotExist:
+        found = find_key(hash_api_key(raw.strip()), count=settings.SCHEDULER_API_RATE_LIMIT_PER_MINUTE > 0)
+        if found is None:
             raise exceptions.AuthenticationFailed("unknown API key")
+        key = found.key
         if key.revoked_at is not None:
             raise exceptions.AuthenticationFailed("this API key has been revoked")
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at > self.TOUCH_EVERY:
             ApiKey.objects.filter(id=key.id).update(last_used_at=now)
             key.last_used_at = now
-        principal = KeyPrincipal(key)
+        # Read in the same statement: the rate limit's count and the request's database time
+        # (ratelimit.PerKeyRateThrottle, dbclock.request_now).
+        request.db_now = found.now
+        principal = KeyPrincipal(key, counted=found.counted)
         return principal, key
 
     def authenticate_header(self, request):

@@ -18,7 +18,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
 from runs import schedule_changes
-from scheduler_project.dbclock import db_now
+from scheduler_project.dbclock import request_now
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.errors import exception_handler
@@ -97,7 +97,7 @@ class ScheduleBatchView(ApiView):
                 fields["enabled"] = data.get("enabled", True)
                 given.append((index, fields))
             made = schedule_changes.create_schedules(request.user.tenant, [f for _, f in given], by=actor(request),
-                                                     now=db_now()) if given else []
+                                                     now=request_now(request)) if given else []
             for (index, _), outcome in zip(given, made):
                 results[index] = _refused(outcome, index) if isinstance(outcome, ServiceError) else _created(outcome, index)
             created = sum(1 for r in results if r["status"] == 201)

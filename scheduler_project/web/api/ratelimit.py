@@ -17,12 +17,16 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.throttling import BaseThrottle
 
-_PG_HIT = """
-INSERT INTO schedules_apiratecounter (key_id, window_start, count)
-VALUES (%s, date_trunc('minute', statement_timestamp()), 1)
-ON CONFLICT (key_id, window_start) DO UPDATE SET count = schedules_apiratecounter.count + 1
-RETURNING count, EXTRACT(EPOCH FROM (window_start + interval '1 minute' - statement_timestamp()))
-"""
+# The count of one request: the key's row for this minute inserted, or one added to it. Formatted
+# with `key` (the key id's expression) and `source` (what it is selected from), so the API's key
+# lookup (keylookup.py) counts inside its own statement with this same text.
+PG_COUNT_INTO_WINDOW = """INSERT INTO schedules_apiratecounter (key_id, window_start, count)
+    SELECT {key}, date_trunc('minute', statement_timestamp()), 1 FROM {source}
+    ON CONFLICT (key_id, window_start) DO UPDATE SET count = schedules_apiratecounter.count + 1
+    RETURNING count, EXTRACT(EPOCH FROM (window_start + interval '1 minute' - statement_timestamp())) AS left_seconds"""
+
+_PG_HIT = ("WITH counted AS (" + PG_COUNT_INTO_WINDOW.format(key="%s::uuid", source="(VALUES (1)) AS one")
+           + ") SELECT count, left_seconds, statement_timestamp() FROM counted")
 
 _PG_PRUNE = """
 DELETE FROM schedules_apiratecounter
@@ -38,16 +42,16 @@ RETURNING count
 _SQLITE_PRUNE = "DELETE FROM schedules_apiratecounter WHERE key_id = %s AND window_start < %s"
 
 
-def hit(key_id) -> tuple[int, float]:
-    """Count one request for the key; returns (requests in this window, seconds until it ends)."""
+def hit(key_id) -> tuple[int, float, datetime]:
+    """Count one request for the key; returns (requests in this window, seconds until it ends, the
+    database clock when it was counted)."""
     with connection.cursor() as cur:
         if connection.vendor == "postgresql":
             cur.execute(_PG_HIT, [key_id])
-            count, left = cur.fetchone()
+            count, left, now = cur.fetchone()
             if count == 1:
-                # First request of a new window: the key's older windows are dead weight.
-                cur.execute(_PG_PRUNE, [key_id])
-            return count, float(left)
+                prune(key_id)
+            return count, float(left), now
         now = datetime.now(timezone.utc)
         window = now.replace(second=0, microsecond=0)
         key = key_id.hex if connection.vendor == "sqlite" else key_id
@@ -55,7 +59,13 @@ def hit(key_id) -> tuple[int, float]:
         (count,) = cur.fetchone()
         if count == 1:
             cur.execute(_SQLITE_PRUNE, [key, window])
-        return count, 60 - (now - window).total_seconds()
+        return count, 60 - (now - window).total_seconds(), now
+
+
+def prune(key_id) -> None:
+    """After the first request of a new window: the key's older windows are dead weight."""
+    with connection.cursor() as cur:
+        cur.execute(_PG_PRUNE, [key_id])
 
 
 class PerKeyRateThrottle(BaseThrottle):
@@ -70,7 +80,13 @@ class PerKeyRateThrottle(BaseThrottle):
         key = getattr(request.user, "key", None)
         if limit <= 0 or key is None:
             return True
-        count, left = hit(key.id)
+        counted = getattr(request.user, "counted", None)
+        if counted is None:
+            count, left, now = hit(key.id)
+            # The clock was read anyway: the view takes it as the request's time (dbclock.request_now).
+            request.db_now = now
+        else:
+            count, left = counted  # by the key lookup itself (keylookup.find_key)
         if count <= limit:
             return True
         self._wait = max(1, math.ceil(left))

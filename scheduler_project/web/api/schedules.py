@@ -15,7 +15,7 @@ from scheduler_project.web.api.base import ApiView, operation
 from runs import schedule_changes
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.web.clientaddr import client_address
-from scheduler_project.dbclock import db_now
+from scheduler_project.dbclock import db_now, request_now
 from scheduler_project.errors import ValidationFailed
 from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.params import parse_uuid
@@ -216,7 +216,7 @@ class ScheduleListView(ApiView):
                 to_fields(data),
                 by=actor(request),
                 enabled=data.get("enabled", True),
-                now=db_now(),
+                now=request_now(request),
             )
             return Response(schedule_json(schedule), status=201)
 

@@ -1,0 +1,99 @@
+"""What every API request needs from the database before its view runs, read in one round trip on
+PostgreSQL: the key (by its hash) with its tenant and the tenant's target allowlist, the request
+counted against the key's rate limit, and the database clock.
+
+A single create is a handful of round trips in all, so these three reads (key, rate counter,
+clock) and the allowlist read of the create were a large share of its cost. On SQLite (one machine,
+no network between the web process and the database) the same answer comes from the ORM and
+`ratelimit.hit`, step by step. tests/api/test_key_lookup.py holds both to one contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from scheduler_project.web.api import ratelimit
+from schedules.models import ApiKey, Tenant
+
+
+@dataclass
+class Found:
+    key: ApiKey  # key.tenant is set, with its allowlist read (Tenant.allowed_prefixes)
+    # (requests in this window, seconds until it ends) when the request was counted: the key is
+    # not revoked and a limit applies; else None.
+    counted: tuple[int, float] | None
+    now: datetime  # the database clock as the request arrived
+
+
+def find_key(key_hash: str, *, count: bool) -> Found | None:
+    """The key with this hash (revoked or not), or None; with `count`, a key that is not revoked
+    has this request counted in its rate-limit window."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    if conn.vendor == "postgresql":
+        return _find_key_postgres(conn, key_hash, count)
+    key = ApiKey.objects.select_related("tenant").filter(key_hash=key_hash).first()
+    if key is None:
+        return None
+    key.tenant.known_prefixes = key.tenant.allowed_prefixes()
+    if count and key.revoked_at is None:
+        n, left, now = ratelimit.hit(key.id)
+        return Found(key, (n, left), now)
+    return Found(key, None, datetime.now(timezone.utc))
+
+
+def _columns(model, alias: str, tag: str, conn) -> tuple[str, list]:
+    fields = list(model._meta.concrete_fields)
+    quote = conn.ops.quote_name
+    return ", ".join(f'{alias}.{quote(f.column)} AS "{tag}{i}"' for i, f in enumerate(fields)), fields
+
+
+def _statement(conn) -> tuple[str, list, list]:
+    key_cols, key_fields = _columns(ApiKey, "k", "k", conn)
+    tenant_cols, tenant_fields = _columns(Tenant, "t", "t", conn)
+    sql = f"""
+WITH found AS (
+    SELECT {key_cols}, {tenant_cols}, k.id AS key_id, k.revoked_at IS NULL AS active,
+           ARRAY(SELECT p.prefix FROM schedules_targetprefix p WHERE p.tenant_id = t.id ORDER BY p.prefix) AS prefixes
+    FROM schedules_apikey k JOIN schedules_tenant t ON t.id = k.tenant_id
+    WHERE k.key_hash = %(hash)s
+), counted AS (
+    {ratelimit.PG_COUNT_INTO_WINDOW.format(key="found.key_id", source="found WHERE %(count)s AND found.active")}
+)
+SELECT found.*, counted.count, counted.left_seconds, statement_timestamp()
+FROM found LEFT JOIN counted ON TRUE
+"""
+    return sql, key_fields, tenant_fields
+
+
+_STATEMENT: dict = {}
+
+
+def _instance(model, fields, values, conn):
+    converted = []
+    for field, value in zip(fields, values):
+        for convert in field.get_db_converters(conn):
+            value = convert(value, field, conn)
+        converted.append(value)
+    return model.from_db(DEFAULT_DB_ALIAS, [f.attname for f in fields], converted)
+
+
+def _find_key_postgres(conn, key_hash: str, count: bool) -> Found | None:
+    if "sql" not in _STATEMENT:
+        _STATEMENT["sql"] = _statement(conn)
+    sql, key_fields, tenant_fields = _STATEMENT["sql"]
+    with conn.cursor() as cur:
+        cur.execute(sql, {"hash": key_hash, "count": count})
+        row = cur.fetchone()
+    if row is None:
+        return None
+    nk, nt = len(key_fields), len(tenant_fields)
+    key = _instance(ApiKey, key_fields, row[:nk], conn)
+    key.tenant = _instance(Tenant, tenant_fields, row[nk:nk + nt], conn)
+    _key_id, _active, prefixes, n, left, now = row[nk + nt:]
+    key.tenant.known_prefixes = list(prefixes)
+    if n == 1:
+        ratelimit.prune(key.id)
+    return Found(key, (n, float(left)) if n is not None else None, now)

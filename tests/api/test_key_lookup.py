@@ -1,0 +1,71 @@
+"""The API's key lookup (keylookup.find_key) gives the same answer on both engines: one statement on
+PostgreSQL, the ORM step by step on SQLite. Run on each by the README's test command."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scheduler_project.dbclock import db_now
+from scheduler_project.web.api.keylookup import find_key
+from schedules.models import ApiKey, ApiRateCounter, hash_api_key
+from schedules.services import SYSTEM
+from schedules.tenants import create_api_key, create_tenant, revoke_api_key
+
+
+@pytest.fixture
+def keyed(db):
+    tenant = create_tenant("lookup", name="Lookup", allow_targets=["https://b.example/", "https://a.example/x/"])
+    other = create_tenant("other-lookup", allow_targets=["https://c.example/"])
+    key, raw = create_api_key(tenant, label="contract")
+    create_api_key(other, label="not this one")
+    return tenant, key, raw
+
+
+def test_an_unknown_hash_finds_nothing_and_counts_nothing(keyed):
+    assert find_key(hash_api_key("sk_nosuchkey"), count=True) is None
+    assert not ApiRateCounter.objects.exists()
+
+
+def test_the_key_comes_with_its_tenant_and_allowlist(keyed):
+    tenant, key, raw = keyed
+    found = find_key(hash_api_key(raw), count=False)
+    assert found.key.id == key.id and found.key.prefix == key.prefix and found.key.revoked_at is None
+    assert found.key.created_at == ApiKey.objects.get(id=key.id).created_at
+    assert found.key.tenant.id == tenant.id and found.key.tenant.slug == "lookup"
+    assert found.key.tenant.signing_secret == tenant.signing_secret
+    assert found.key.tenant.created_at.tzinfo is not None
+    # The same prefixes, in the same order, as reading them on use.
+    assert found.key.tenant.allowed_prefixes() == tenant.allowed_prefixes() == [
+        "https://a.example/x/", "https://b.example/"]
+    assert found.counted is None and not ApiRateCounter.objects.exists()
+
+
+def test_counting_adds_one_per_request_in_the_minute_and_reads_the_clock(keyed):
+    _, key, raw = keyed
+    before = db_now()
+    first = find_key(hash_api_key(raw), count=True)
+    second = find_key(hash_api_key(raw), count=True)
+    n1, left1 = first.counted
+    n2, left2 = second.counted
+    # Two calls may straddle a minute boundary: then the second starts a new window at 1.
+    assert (n1, n2) in ((1, 2), (1, 1))
+    assert 0 < left1 <= 60 and 0 < left2 <= 60
+    assert sum(r.count for r in ApiRateCounter.objects.filter(key_id=key.id)) == 2
+    assert before - timedelta(seconds=1) <= first.now <= second.now <= db_now() + timedelta(seconds=1)
+    assert first.now.tzinfo is not None
+
+
+def test_a_new_window_prunes_the_keys_older_windows(keyed):
+    _, key, raw = keyed
+    ApiRateCounter.objects.create(key_id=key.id, window_start=datetime(2020, 1, 1, tzinfo=timezone.utc), count=9)
+    found = find_key(hash_api_key(raw), count=True)
+    assert found.counted[0] == 1
+    assert list(ApiRateCounter.objects.filter(key_id=key.id).values_list("count", flat=True)) == [1]
+
+
+def test_a_revoked_key_is_found_but_not_counted(keyed):
+    _, key, raw = keyed
+    revoke_api_key(key, by=SYSTEM)
+    found = find_key(hash_api_key(raw), count=True)
+    assert found.key.id == key.id and found.key.revoked_at is not None
+    assert found.counted is None and not ApiRateCounter.objects.exists()
