@@ -47,34 +47,102 @@ def run_clients(client, each_args) -> float:
     return time.perf_counter() - t0
 
 
-def one_run(args, url, key, tag):
+def requests_poster(url, key):
+    """POST with the requests library (what most Python services use), keep-alive session."""
     import requests
 
+    s = requests.Session()
+    s.headers["Authorization"] = "Bearer " + key
+
+    def post(path, body):
+        return s.post(url + path, json=body).status_code
+
+    return post
+
+
+def http_poster(url, key):
+    """POST with the standard library's http.client: a quarter of requests' CPU per request, which
+    matters when the client shares the server's 2 cores. Reconnects when the server closes (a sync
+    gunicorn worker closes after every response)."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+    conn = [None]
+
+    def post(path, body):
+        if conn[0] is None:
+            conn[0] = http.client.HTTPConnection(host, port)
+        conn[0].request("POST", path, body=json.dumps(body), headers=headers)
+        r = conn[0].getresponse()
+        r.read()
+        if r.will_close:
+            conn[0].close()
+            conn[0] = None
+        return r.status
+
+    return post
+
+
+POSTERS = {"requests": requests_poster, "http": http_poster}
+
+
+def one_run(args, url, key, tag):
     body = {"expression": "at(2030-01-01T00:00:00)", "timeZone": "UTC",
             "target": {"url": "http://127.0.0.1:9/run"}, "name": ""}
     codes, times, lock = {}, [], threading.Lock()
 
     def client(n, t):
-        s = requests.Session()
-        s.headers["Authorization"] = "Bearer " + key
+        post = POSTERS[args.client](url, key)
         mine = []
         for i in range(n):
             body_i = dict(body, name=f"{tag}-{t}-{i}")
             t0 = time.perf_counter()
-            r = s.post(url + "/api/v1/schedules", json=body_i)
+            status = post("/api/v1/schedules", body_i)
             mine.append(time.perf_counter() - t0)
             with lock:
-                codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                codes[status] = codes.get(status, 0) + 1
         with lock:
             times.extend(mine)
 
     if args.bulk:
         return bulk_run(args, url, key, tag)
     per = args.creates // args.threads
+    meter, client0 = start_cpu(args), os.times()
     wall = run_clients(client, [(per, t) for t in range(args.threads)])
     n = per * args.threads
-    return {"n": n, "wall": wall, "rate": n / wall, "codes": codes,
+    return {"n": n, "wall": wall, "rate": n / wall, "codes": codes, "cpu": stop_cpu(meter, client0, n),
             "p50": C.percentile(times, 50), "p99": C.percentile(times, 99)}
+
+
+def start_cpu(args):
+    """Where the CPU goes: gunicorn (master and workers), every PostgreSQL process (the backends
+    serving the workers, the WAL writer, the checkpointer), and this process (the clients)."""
+    gunicorn = [args.gunicorn_pid] + [int(p) for p in subprocess.run(
+        ["pgrep", "-P", str(args.gunicorn_pid)], capture_output=True, text=True).stdout.split()]
+    meter = C.CpuMeter()
+    meter.start({"gunicorn": gunicorn})
+    meter.postgres0 = postgres_cpu()
+    return meter
+
+
+def postgres_cpu() -> dict:
+    """CPU seconds of every PostgreSQL process by pid: a backend a worker opens during the run is
+    counted from its start."""
+    pids = subprocess.run(["pgrep", "-u", "postgres"], capture_output=True, text=True).stdout.split()
+    return {p: C.proc_cpu(int(p)) or 0.0 for p in pids}
+
+
+def stop_cpu(meter, client0, n) -> dict:
+    used = meter.stop()
+    client1 = os.times()
+    postgres1 = postgres_cpu()
+    used["postgres"] = sum(cpu - meter.postgres0.get(pid, 0.0) for pid, cpu in postgres1.items())
+    used["client"] = (client1.user + client1.system) - (client0.user + client0.system)
+    return {"gunicorn": used["gunicorn"] / n * 1000, "postgres": used["postgres"] / n * 1000,
+            "client": used["client"] / n * 1000, "busy": used["_machine_busy_cores"]}
 
 
 def bulk_run(args, url, key, tag):
@@ -118,7 +186,13 @@ def bulk_run(args, url, key, tag):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--creates", type=int, default=3000)
-    ap.add_argument("--gunicorn-workers", type=int, default=2)
+    ap.add_argument("--gunicorn-workers", type=int, default=4,
+                    help="as the README's production command (a sync worker waits on PostgreSQL between "
+                         "statements, so two leave the 2 cores partly idle)")
+    ap.add_argument("--gunicorn-threads", type=int, default=0,
+                    help="with N > 0, the gthread worker class with N threads per worker (keeps connections alive)")
+    ap.add_argument("--client", choices=sorted(POSTERS), default="requests",
+                    help="HTTP client of the single creates (the bulk run always uses requests)")
     ap.add_argument("--threads", type=int, default=8, help="client threads, each with a keep-alive session")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--bulk", type=int, default=0, help="items per POST /schedules/batch (0: single creates)")
@@ -136,7 +210,10 @@ def main():
                          SCHEDULER_MAX_SCHEDULES_PER_TENANT=0)
     gunicorn = subprocess.Popen(
         [str(C.PYTHON.parent / "gunicorn"), "scheduler_project.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(args.gunicorn_workers), "--log-level", "warning"], cwd=C.CODE, env=env)
+         "--workers", str(args.gunicorn_workers), "--log-level", "warning",
+         *(["--worker-class", "gthread", "--threads", str(args.gunicorn_threads)] if args.gunicorn_threads else [])],
+        cwd=C.CODE, env=env)
+    args.gunicorn_pid = gunicorn.pid
     try:
         url = f"http://127.0.0.1:{port}"
         import requests
@@ -152,17 +229,25 @@ def main():
         for rep in range(args.repeats):
             r = one_run(args, url, key, f"r{rep}")
             results.append(r)
+            cpu = r.get("cpu")
+            where = (f"; CPU per create: gunicorn {cpu['gunicorn']:.2f} ms, PostgreSQL {cpu['postgres']:.2f} ms, "
+                     f"client {cpu['client']:.2f} ms; machine busy {cpu['busy']:.2f} cores") if cpu else ""
             print(f"  [#{rep + 1}] {r['n']} {'schedules in batches of ' + str(args.bulk) if args.bulk else 'creates'} in {r['wall']:.1f}s: {r['rate']:.0f}/s, request p50 "
-                  f"{r['p50'] * 1000:.1f} ms p99 {r['p99'] * 1000:.1f} ms, answers {r['codes']}", flush=True)
+                  f"{r['p50'] * 1000:.1f} ms p99 {r['p99'] * 1000:.1f} ms, answers {r['codes']}{where}", flush=True)
         ok = all(set(r["codes"]) == {201} for r in results) and all(r.get("created", r["n"]) == r["n"] for r in results)
         made = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
         ok = ok and made == sum(r["n"] for r in results)
         how = f"batches of {args.bulk} (POST /api/v1/schedules/batch)" if args.bulk else "single creates"
+        server = f"{args.gunicorn_workers} workers" + (f" x {args.gunicorn_threads} threads" if args.gunicorn_threads else "")
+        client = "" if args.bulk else f" ({args.client})"
         print(f"\napi create: {args.creates} schedules per repeat in {how} through gunicorn "
-              f"({args.gunicorn_workers} workers), {args.threads} client threads on the same machine, median of {args.repeats}:")
+              f"({server}), {args.threads} client threads{client} on the same machine, median of {args.repeats}:")
         print(f"  schedules/s   {C.spread([r['rate'] for r in results], 0)}")
         print(f"  request p50   {C.spread([r['p50'] * 1000 for r in results], 1, ' ms')}")
         print(f"  request p99   {C.spread([r['p99'] * 1000 for r in results], 1, ' ms')}")
+        if not args.bulk:
+            for part in ("gunicorn", "postgres", "client"):
+                print(f"  CPU/create    {part} {C.spread([r['cpu'][part] for r in results], 2, ' ms')}")
         print(f"  check         {'OK: every answer 201' if ok else 'NOT every answer was 201'}, "
               f"{made} schedules in the database (of {sum(r['n'] for r in results)} sent); load "
               + "/".join(f"{x:.2f}" for x in os.getloadavg()))

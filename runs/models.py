@@ -274,6 +274,30 @@ class Attempt(models.Model):
 
 
 
+def with_history(runs) -> list:
+    """`runs` (a list or queryset) with each run's occurrence (`run.occurrence`) and attempts,
+    oldest first (`run.attempt_list`): two queries for any number of runs, each restricted to the
+    runs' scheduled times as well as their ids, so PostgreSQL plans and probes only the partitions
+    that hold them. Joining the occurrence by its id alone makes every partition part of the plan:
+    on a long history that plan is costed high enough to run in parallel, and starting the workers
+    took most of a run page's time."""
+    runs = list(runs)
+    if not runs:
+        return runs
+    times = {r.scheduled_time for r in runs}
+    occurrences = {o.id: o for o in
+                   Occurrence.objects.filter(id__in={r.occurrence_id for r in runs}, scheduled_time__in=times)}
+    attempts: dict = {r.id: [] for r in runs}
+    for attempt in Attempt.objects.filter(run_id__in=list(attempts), scheduled_time__in=times).order_by(
+            "run_id", "generation"):
+        attempts[attempt.run_id].append(attempt)
+    field = Run._meta.get_field("occurrence")
+    for run in runs:
+        field.set_cached_value(run, occurrences.get(run.occurrence_id))
+        run.attempt_list = attempts[run.id]
+    return runs
+
+
 def attempts_with_their_runs(attempts):
     """`attempts` joined to their runs on the partition key as well as the id (the two always
     agree: the claim copies the run's scheduled time into the attempt). With the id alone,

@@ -161,14 +161,20 @@ def _live_count(tenant: Tenant, qs, limit: int, adding: int) -> int:
     return count
 
 
+def quotas_apply(tenant: Tenant, sub_minutes: list[bool]) -> bool:
+    """Whether any quota counts new schedules like these (else quota_refusals reads nothing)."""
+    limit, sub_limit = _quota_limits(tenant)
+    return bool(limit and sub_minutes) or bool(sub_limit and any(sub_minutes))
+
+
 def quota_refusals(tenant: Tenant, sub_minutes: list[bool]) -> dict[int, ValidationFailed]:
     """New schedules, given in order by whether each is sub-minute, against the tenant's quotas:
     the ones that do not fit, {index: error}. Both quotas count the tenant's schedules that are not
     archived (archiving frees a place); one count per quota, whatever the number of schedules."""
+    if not quotas_apply(tenant, sub_minutes):
+        return {}  # no query
     limit, sub_limit = _quota_limits(tenant)
     wanted_sub = sum(1 for s in sub_minutes if s)
-    if not (limit and sub_minutes) and not (sub_limit and wanted_sub):
-        return {}  # no quota applies: no query
     live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
     used = _live_count(tenant, live, limit, len(sub_minutes)) if limit else 0
     used_sub = _live_count(tenant, live.filter(current__sub_minute=True), sub_limit, wanted_sub) \

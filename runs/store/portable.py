@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Case, CharField, Count, DateTimeField, F, IntegerField, Min, Q, TextField, Value, When
 from django.db.models.functions import Mod
 
@@ -54,12 +54,14 @@ class PortableStore(PortableHistory):
 
     def insert_schedule(self, schedule: Schedule, version: ScheduleVersion, entry) -> None:
         """A new schedule's rows, all unsaved: its first version, the schedule with that version
-        current, and the audit entry of its creation. The schedule's id is already set (the version
-        points at it); the version's id is set here, and `schedule.current` is the version."""
-        version.save(force_insert=True)
-        schedule.current = version
-        schedule.save(force_insert=True)
-        entry.save(force_insert=True)
+        current, and the audit entry of its creation, all or none (a transaction of their own when
+        the caller has none). The schedule's id is already set (the version points at it); the
+        version's id is set here, and `schedule.current` is the version."""
+        with transaction.atomic():
+            version.save(force_insert=True)
+            schedule.current = version
+            schedule.save(force_insert=True)
+            entry.save(force_insert=True)
 
     # --- events ----------------------------------------------------------------------------------
 

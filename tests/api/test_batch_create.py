@@ -148,6 +148,23 @@ def test_a_single_create_takes_few_statements(api, target):
         assert rest[0].startswith("SELECT COUNT(*)") and rest[1].startswith('INSERT INTO "schedules_scheduleversion"')
 
 
+@pytest.mark.postgresql_only("counts PostgreSQL round trips")
+@pytest.mark.django_db(transaction=True)
+def test_without_a_quota_a_single_create_is_two_statements(api, target, settings):
+    settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT = 0
+    yearly = schedule_body(target, expression="0 3 1 1 *")
+    api.post("/api/v1/schedules", yearly, format="json")  # the key's first use touches last_used_at
+    with CaptureQueriesContext(connection) as ctx:
+        response = api.post("/api/v1/schedules", yearly, format="json")
+    assert response.status_code == 201
+    sql = [q["sql"] for q in ctx.captured_queries]
+    # The key lookup, then the three inserts sent together as their own transaction: no BEGIN,
+    # no COMMIT, no quota count.
+    assert len(sql) == 2, sql
+    assert sql[0].lstrip().startswith("WITH found AS") and sql[1].startswith('INSERT INTO "schedules_scheduleversion"')
+    assert Schedule.objects.filter(id=response.json()["id"]).exists()
+
+
 @pytest.mark.postgresql_only("several connections creating at once")
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_batches_cannot_together_go_past_the_quota(tenant, target, settings, monkeypatch):

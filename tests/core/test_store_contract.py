@@ -175,3 +175,32 @@ def test_insert_schedule_stores_the_three_rows_as_the_instances_hold_them(tenant
                                      "target_url": target.url + "/y"}, by=SYSTEM, now=now)
     assert Schedule.objects.get(id=other.id).current.name == "second"
     assert Schedule.objects.get(id=made.id).current.name == "contract"
+
+
+def test_insert_schedule_is_all_or_nothing_without_a_transaction_of_the_callers(tenant, target):
+    """create_schedule opens no transaction when no quota applies: the three inserts must then be
+    atomic by themselves. The audit entry fails here (an actor longer than its column on
+    PostgreSQL; SQLite does not check lengths, so a foreign key to no tenant there), after the
+    version and the schedule were sent: neither may remain."""
+    from django.db import connection
+
+    from runs.schedule_changes import _new_schedule, _created_entry
+    from schedules.models import AuditEntry, Schedule, ScheduleVersion
+    from schedules.services import VERSIONED_DEFAULTS, validate_fields
+
+    assert connection.get_autocommit()
+    now = db_now()
+    fields = {**VERSIONED_DEFAULTS, "name": "atomic", "expression": "0 3 * * *", "time_zone": "UTC",
+              "target_url": target.url + "/x"}
+    rule = validate_fields(tenant, fields, now=now, quotas=False)
+    schedule, version = _new_schedule(tenant, fields, rule, by=SYSTEM, enabled=True, now=now)
+    entry = _created_entry(schedule, fields, tenant=tenant, by=SYSTEM)
+    if connection.vendor == "postgresql":
+        entry.actor = "x" * 500
+    else:
+        entry.tenant_id = "00000000-0000-0000-0000-000000000000"
+    with pytest.raises(Exception):
+        store().insert_schedule(schedule, version, entry)
+    assert not Schedule.objects.filter(id=schedule.id).exists()
+    assert not ScheduleVersion.objects.filter(schedule_id=schedule.id).exists()
+    assert not AuditEntry.objects.filter(object_id=str(schedule.id)).exists()

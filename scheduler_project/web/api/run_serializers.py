@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from runs.models import Attempt, AttemptOutcome, Run, RunKind, RunState
+from runs.models import AttemptOutcome, Run, RunKind, RunState, with_history
 
 
 @extend_schema_serializer(component_name="Attempt")
@@ -50,7 +50,7 @@ class RunOut(serializers.Serializer):
 
     def to_representation(self, run: Run):
         if not hasattr(run, "attempt_list"):
-            run.attempt_list = list(Attempt.objects.filter(run_id=run.id).order_by("generation"))
+            with_history([run])
         data = super().to_representation(run)
         data["reason"] = data["reason"] or None
         data["leaseOwner"] = data["leaseOwner"] or None

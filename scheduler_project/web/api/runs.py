@@ -5,7 +5,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
 
 from runs import services
-from runs.models import Attempt, Run, RunState
+from runs.models import Run, RunState, with_history
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.errors import ValidationFailed
@@ -27,11 +27,11 @@ from scheduler_project.web.api.schedules import (
 
 def tenant_run(request, pk) -> Run:
     """Another tenant's run is a 404, never a 403."""
-    return get_object_or_404(Run.objects.select_related("occurrence"), id=pk, tenant=request.user.tenant)
+    return with_history([get_object_or_404(Run, id=pk, tenant=request.user.tenant)])[0]
 
 
 def run_json(run: Run) -> dict:
-    return RunOut(Run.objects.select_related("occurrence").get(id=run.id)).data
+    return RunOut(with_history([Run.objects.get(id=run.id)])[0]).data
 
 
 class RunListView(ApiView):
@@ -52,7 +52,7 @@ class RunListView(ApiView):
     )
     def get(self, request):
         params = request.query_params
-        qs = Run.objects.filter(tenant=request.user.tenant).select_related("occurrence")
+        qs = Run.objects.filter(tenant=request.user.tenant)
         schedule_id = parse_uuid(params.get("schedule"), field="schedule")
         if schedule_id:
             # Another tenant's schedule id simply matches nothing here: the tenant filter is first.
@@ -68,12 +68,8 @@ class RunListView(ApiView):
         if end:
             qs = qs.filter(scheduled_time__lt=end)
         page = RUN_PAGES.page_from_params(qs, params)
-        # One query for the whole page's attempts instead of one per run.
-        by_run = {run.id: [] for run in page.items}
-        for attempt in Attempt.objects.filter(run_id__in=list(by_run)).order_by("run_id", "generation"):
-            by_run[attempt.run_id].append(attempt)
-        for run in page.items:
-            run.attempt_list = by_run[run.id]
+        # One query for the whole page's occurrences and one for its attempts, not one per run.
+        with_history(page.items)
         return Response({"results": RunOut(page.items, many=True).data, "next": page.next})
 
 

@@ -7,7 +7,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from runs import services
-from runs.models import TERMINAL_STATES, Run, RunState
+from runs.models import TERMINAL_STATES, Run, RunState, with_history
 from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require, scope,
                                           visible_tenant_ids, visible_tenants)
 from schedules.models import Schedule
@@ -102,7 +102,7 @@ def _detail_context(request, run, **extra):
     can_operate = can(request.user, "operate_runs", run.tenant_id)
     return {
         "run": run,
-        "attempts": run.attempts.order_by("-generation"),
+        "attempts": run.attempt_list[::-1],
         "live": run.state not in TERMINAL_STATES,
         "can_retry": run.state in services.RETRYABLE_FROM and can_operate,
         "can_cancel": run.state in services.CANCELABLE_FROM and can_operate,
@@ -114,9 +114,7 @@ def _detail_context(request, run, **extra):
 
 
 def _load(request, pk):
-    return get_scoped(
-        Run.objects.select_related("tenant", "schedule", "version", "occurrence"), request.user, id=pk
-    )
+    return with_history([get_scoped(Run.objects.select_related("tenant", "schedule", "version"), request.user, id=pk)])[0]
 
 
 @portal_view
