@@ -4,7 +4,8 @@ The count lives in PostgreSQL, not in process memory, because the web tier is se
 workers on several machines: a per-process counter would let each of them allow the full limit.
 One statement per request does the work: insert the (key, minute) row or add one to it, and return
 the new count and the seconds left in the window, both from the database clock so every worker
-agrees on where a minute starts.
+agrees on where a minute starts. On PostgreSQL that statement is part of the API's key lookup
+(keylookup.find_key), so counting costs no round trip of its own; on SQLite the lookup calls `hit`.
 
 A fixed window lets a client burst up to twice the limit across a window edge; that is the price
 of one cheap row per key instead of a log of request times, and fine for a guard against runaway
