@@ -1,7 +1,8 @@
 """API create: how fast services can create schedules through the real API (gunicorn, DRF, an API
 key, the tenant's allowlist, the audit log), as a load test from outside would.
 
-    .venv/bin/python bench/api_create.py [--creates 3000] [--gunicorn-workers 2] [--threads 8] [--repeats 3]
+    .venv/bin/python bench/api_create.py [--creates 3000] [--gunicorn-workers 4] [--threads 8] [--repeats 3]
+                                         [--client requests|http] [--gunicorn-threads N]
     .venv/bin/python bench/api_create.py --bulk 1000 --creates 500000 --threads 2 --repeats 1
 
 Per repeat: N `POST /api/v1/schedules` (one-time `at(...)` schedules) from client threads with
@@ -10,8 +11,9 @@ against the same 2 cores). With `--bulk K`, the same N schedules go as N/K
 `POST /api/v1/schedules/batch` requests of K items each (`rate(1 day)` rules with their own
 anchors, as a fleet being loaded would send them). The per-key rate limit is raised for the run
 (SCHEDULER_API_RATE_LIMIT_PER_MINUTE; the shipped 600 per minute would cap it at 10/s). Prints
-schedules created per second and the p50/p99 request time; every answer must be 201 (every item
-201 in a batch), and the database must hold every schedule.
+schedules created per second and the p50/p99 request time, and for single creates the CPU each
+create cost gunicorn, PostgreSQL (all its processes) and the client; every answer must be 201
+(every item 201 in a batch), and the database must hold every schedule.
 
 Database: scheduler_bench_api (dropped and made again).
 """
