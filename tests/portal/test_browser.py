@@ -9,7 +9,6 @@ import re
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
@@ -21,6 +20,7 @@ from scheduler_project.dbclock import db_now
 from schedules.models import Schedule, TenantMembership
 from schedules.tenants import create_tenant
 from scheduler_project.web.access import ROLE_OPERATOR, role
+from schedules.timeexpr import validate_time_zone
 from tests.helpers import make_schedule
 
 from .conftest import make_run
@@ -121,7 +121,7 @@ def seed():
     Run.objects.filter(id=dead.id).update(generation=3, attempts_used=3, last_error="HTTP 502 from target",
                                           finished_at=first.started_at + timedelta(seconds=62))
     # The rule's wall time of its (moved) instant, as the run page shows it beside the instant.
-    wall = dead.scheduled_time.astimezone(ZoneInfo(dead.occurrence.time_zone))
+    wall = dead.scheduled_time.astimezone(validate_time_zone(dead.occurrence.time_zone))
     Occurrence.objects.filter(id=dead.occurrence_id).update(local_wall_time=wall.strftime("%Y-%m-%dT%H:%M:%S"),
                                                             local_time=wall.isoformat())
     seed_activity([acme, globex, initech], {report: "f", invoices: "f", sync: "u", tps: "s"})

@@ -1,15 +1,14 @@
 """cronsim can answer with an instant before its start inside a repeated hour; we must not."""
 
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
-from schedules.timeexpr import parse
+from schedules.timeexpr import parse, validate_time_zone
 
 from .helpers import UTC, utc
 
-NY = ZoneInfo("America/New_York")
+NY = validate_time_zone("America/New_York")
 
 
 def test_cronsim_itself_goes_backwards_in_the_second_pass():

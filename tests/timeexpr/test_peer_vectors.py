@@ -13,17 +13,16 @@ reading of YEARLY;BYMONTHDAY without BYMONTH (see the test at the end).
 """
 
 from datetime import datetime, timedelta, timezone
-from zoneinfo import ZoneInfo
 
 import pytest
 
-from schedules.timeexpr import ExpressionError, parse
+from schedules.timeexpr import ExpressionError, parse, validate_time_zone
 
 UTC = timezone.utc
 
 
 def _next_n(expr, zone, start, n, anchor=None):
-    z = ZoneInfo(zone)
+    z = validate_time_zone(zone)
     start = start if start.tzinfo else start.replace(tzinfo=z)
     rule = parse(expr, zone, anchor=anchor or datetime(1990, 1, 1, tzinfo=UTC))
     out, t = [], start
@@ -98,7 +97,7 @@ RIGA = [
 
 @pytest.mark.parametrize("expr,start,fold,expected", RIGA)
 def test_cronsim_riga_dst_vectors(expr, start, fold, expected):
-    z = ZoneInfo("Europe/Riga")
+    z = validate_time_zone("Europe/Riga")
     got = _next_n(expr, "Europe/Riga", datetime(*start, tzinfo=z, fold=fold), len(expected))
     assert [g.strftime("%H:%M%z")[:-2] + ":" + g.strftime("%z")[-2:] for g in got] == expected
 
