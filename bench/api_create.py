@@ -3,7 +3,7 @@ key, the tenant's allowlist, the audit log), as a load test from outside would.
 
     .venv/bin/python bench/api_create.py [--creates 3000] [--gunicorn-workers 4] [--threads 8] [--repeats 3]
                                          [--client requests|http] [--gunicorn-threads N]
-    .venv/bin/python bench/api_create.py --client wrk --seconds 20 --repeats 3   # needs Debian's wrk
+    .venv/bin/python bench/api_create.py --client wrk --seconds 20 --repeats 3   # the default when wrk is installed
     .venv/bin/python bench/api_create.py --bulk 1000 --creates 500000 --threads 2 --repeats 1
 
 Per repeat: N `POST /api/v1/schedules` (one-time `at(...)` schedules) from client threads with
@@ -14,9 +14,11 @@ anchors, as a fleet being loaded would send them). The per-key rate limit is rai
 (SCHEDULER_API_RATE_LIMIT_PER_MINUTE; the shipped 600 per minute would cap it at 10/s). Prints
 schedules created per second and the p50/p99 request time, and for single creates the CPU each
 create cost gunicorn, PostgreSQL (all its processes) and the client; every answer must be 201
-(every item 201 in a batch), and the database must hold every schedule. `--client wrk` sends the
-single creates from wrk (bench/api_create_wrk.lua), a C load generator whose CPU per request is a
-tenth of http.client's, for `--seconds` per repeat.
+(every item 201 in a batch), and the database must hold every schedule. With wrk installed (Debian's
+package `wrk`) the single creates come from it by default (bench/api_create_wrk.lua), for
+`--seconds` per repeat: a C load generator whose CPU per request is a tenth of http.client's and a
+tenth of requests', so the 2 cores shared with the server go almost all to the server, as they would
+with the clients on other machines. `--client requests|http` measures with those Python clients.
 
 Database: scheduler_bench_api (dropped and made again).
 """
@@ -159,6 +161,17 @@ def start_cpu(args):
     meter = C.CpuMeter()
     meter.start({"gunicorn": gunicorn})
     meter.postgres0 = postgres_cpu()
+    # Sampled through the run too: a backend that ends mid-run (Django reconnects after
+    # CONN_MAX_AGE) keeps the CPU it was last seen with.
+    meter.postgres_seen = dict(meter.postgres0)
+    meter.sampling = threading.Event()
+
+    def sample():
+        while not meter.sampling.wait(0.5):
+            meter.postgres_seen.update(postgres_cpu())
+
+    meter.sampler = threading.Thread(target=sample, daemon=True)
+    meter.sampler.start()
     return meter
 
 
@@ -166,14 +179,16 @@ def postgres_cpu() -> dict:
     """CPU seconds of every PostgreSQL process by pid: a backend a worker opens during the run is
     counted from its start."""
     pids = subprocess.run(["pgrep", "-u", "postgres"], capture_output=True, text=True).stdout.split()
-    return {p: C.proc_cpu(int(p)) or 0.0 for p in pids}
+    return {p: cpu for p in pids if (cpu := C.proc_cpu(int(p))) is not None}
 
 
 def stop_cpu(meter, client0, n) -> dict:
     used = meter.stop()
     client1 = os.times()
-    postgres1 = postgres_cpu()
-    used["postgres"] = sum(cpu - meter.postgres0.get(pid, 0.0) for pid, cpu in postgres1.items())
+    meter.sampling.set()
+    meter.sampler.join()
+    meter.postgres_seen.update(postgres_cpu())
+    used["postgres"] = sum(cpu - meter.postgres0.get(pid, 0.0) for pid, cpu in meter.postgres_seen.items())
     # This process's threads, and a client process it ran and waited for (wrk).
     used["client"] = sum(getattr(client1, f) - getattr(client0, f)
                          for f in ("user", "system", "children_user", "children_system"))
@@ -227,8 +242,9 @@ def main():
                          "statements, so two leave the 2 cores partly idle)")
     ap.add_argument("--gunicorn-threads", type=int, default=0,
                     help="with N > 0, the gthread worker class with N threads per worker (keeps connections alive)")
-    ap.add_argument("--client", choices=sorted([*POSTERS, "wrk"]), default="requests",
-                    help="HTTP client of the single creates (the bulk run always uses requests)")
+    ap.add_argument("--client", choices=sorted([*POSTERS, "wrk"]), default="wrk" if shutil.which("wrk") else "requests",
+                    help="load generator of the single creates: wrk when installed (the least CPU taken from "
+                         "the server's 2 cores), else requests; the bulk run always uses requests")
     ap.add_argument("--seconds", type=int, default=15, help="with --client wrk: how long each repeat runs")
     ap.add_argument("--threads", type=int, default=8, help="client threads, each with a keep-alive session")
     ap.add_argument("--repeats", type=int, default=3)

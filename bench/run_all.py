@@ -26,7 +26,7 @@ PLAN = {
     "steady": ("steady", [], ["--seconds", "30", "--repeats", "1"]),
     "fairness": ("fairness", [], ["--big", "10000", "--repeats", "1"]),
     "peers": ("peers", [], ["--jobs", "5000", "--rounds", "1"]),
-    "api_create": ("api_create", [], ["--creates", "800", "--repeats", "1"]),
+    "api_create": ("api_create", [], ["--creates", "800", "--seconds", "5", "--repeats", "1"]),
     # Issue 15: creating through the batch endpoint, the scanner over 10 million schedules, a long
     # history against an empty one, and retention under a steady 278 runs/s.
     "api_bulk": ("api_create", ["--bulk", "1000", "--creates", "500000", "--threads", "2", "--repeats", "1"],
