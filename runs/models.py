@@ -287,6 +287,11 @@ def with_history(runs) -> list:
     times = {r.scheduled_time for r in runs}
     occurrences = {o.id: o for o in
                    Occurrence.objects.filter(id__in={r.occurrence_id for r in runs}, scheduled_time__in=times)}
+    # A run and its occurrence always share the scheduled time (the partitions rely on it); one
+    # that does not is still shown with its occurrence, found by id alone.
+    strays = {r.occurrence_id for r in runs} - set(occurrences)
+    if strays:
+        occurrences.update(Occurrence.objects.in_bulk(list(strays)))
     attempts: dict = {r.id: [] for r in runs}
     for attempt in Attempt.objects.filter(run_id__in=list(attempts), scheduled_time__in=times).order_by(
             "run_id", "generation"):

@@ -204,3 +204,30 @@ def test_insert_schedule_is_all_or_nothing_without_a_transaction_of_the_callers(
     assert not Schedule.objects.filter(id=schedule.id).exists()
     assert not ScheduleVersion.objects.filter(schedule_id=schedule.id).exists()
     assert not AuditEntry.objects.filter(object_id=str(schedule.id)).exists()
+
+
+def test_with_history_reads_each_runs_occurrence_and_attempts(tenant, target):
+    """Two queries for any number of runs, by id and scheduled time; a run whose occurrence's time
+    does not match its own (never made by the scheduler) still gets its occurrence, by id."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.models import Occurrence, with_history
+    from runs.schedule_changes import trigger_schedule
+
+    schedule = make_schedule(tenant, target.url + "/x")
+    runs = [trigger_schedule(schedule, by=SYSTEM) for _ in range(3)]
+    Attempt.objects.create(run=runs[0], generation=1, worker_id="w:1", started_at=db_now())
+    fresh = list(Run.objects.filter(id__in=[r.id for r in runs]))
+    with CaptureQueriesContext(connection) as ctx:
+        with_history(fresh)
+        assert all(r.occurrence.id == r.occurrence_id and r.occurrence.scheduled_time == r.scheduled_time
+                   for r in fresh)
+    assert len(ctx.captured_queries) == 2
+    by_id = {r.id: r for r in fresh}
+    assert [a.generation for a in by_id[runs[0].id].attempt_list] == [1]
+    assert by_id[runs[1].id].attempt_list == []
+    stray = runs[2]
+    Occurrence.objects.filter(id=stray.occurrence_id).update(scheduled_time=stray.scheduled_time - timedelta(hours=1))
+    (again,) = with_history([Run.objects.get(id=stray.id)])
+    assert again.occurrence.id == stray.occurrence_id

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from runs.models import Attempt, AttemptOutcome, Run, RunState
+from runs.models import Attempt, AttemptOutcome, Occurrence, Run, RunState
 from runs.schedule_changes import trigger_schedule
 from scheduler_project.dbclock import db_now
 from scheduler_project.web.access import ROLE_OPERATOR, ROLE_READ_ONLY, role
@@ -107,6 +107,8 @@ def make_run(schedule, state=RunState.READY, *, error="HTTP 500 from target", ht
     run = trigger_schedule(schedule, by=ACTOR)
     now = db_now()
     if age:
+        # The occurrence moves with its run: the two share the scheduled time, as the scanner makes them.
+        Occurrence.objects.filter(id=run.occurrence_id).update(scheduled_time=run.scheduled_time - age)
         Run.objects.filter(id=run.id).update(scheduled_time=run.scheduled_time - age,
                                              next_eligible_at=run.scheduled_time - age)
         run.refresh_from_db()

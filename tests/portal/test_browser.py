@@ -203,6 +203,9 @@ def test_an_operator_finds_a_dead_run_reads_its_evidence_and_retries_it(live_ser
     for text in ("HTTP 500", "report generator crashed", "outcome unknown", "HTTP 502", "1840 ms", "worker-a:1"):
         assert evidence.get_by_text(text).first.is_visible(), text
     assert page.get_by_test_id("run-state").inner_text() == "dead"
+    # The occurrence beside it: the zone and tz database it was computed with.
+    assert page.get_by_text("Wall time in America/New_York").is_visible()
+    assert page.get_by_text(data["dead"].occurrence.tzdata_version, exact=True).is_visible()
     page.screenshot(path=str(SHOTS / "run-evidence.png"), full_page=True)
 
     page.evaluate("window.__sameDocument = true")
