@@ -101,7 +101,9 @@ def query_negative_on_the_wire(case) -> bool:
 
     params = {p.name: p.definition.get("schema", {}) for p in case.operation.query}
     for name, value in (case.query or {}).items():
-        if name not in params or isinstance(value, (list, dict)) or value is None:
+        if value is None or (isinstance(value, (list, dict)) and not value):
+            continue  # never sent: the client leaves out None and empty lists (`?limit=[]` was drawn)
+        if name not in params or isinstance(value, (list, dict)):
             return True
         read = _as_declared(_on_the_wire(value), params[name])
         if not jsonschema.Draft4Validator(params[name], format_checker=jsonschema.FormatChecker()).is_valid(read):
