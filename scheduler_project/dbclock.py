@@ -17,6 +17,6 @@ def db_now() -> datetime:
 
 
 def request_now(request) -> datetime:
-    """The database clock at this API request's arrival: read by the rate limit's statement when it
-    counted the request (one round trip fewer on a create), or now when no limit applies."""
+    """The database clock at this API request's arrival, read by the API key lookup
+    (keylookup.find_key) in its statement: one round trip fewer on a create."""
     return getattr(request, "db_now", None) or db_now()

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from scheduler_project.web.api import ratelimit
+from scheduler_project.web.api.keylookup import find_key
 from schedules.models import ApiKey, ApiRateCounter
 
 LIMIT = 3
@@ -65,7 +65,7 @@ def test_a_new_window_prunes_the_keys_old_rows(api):
     from datetime import datetime, timezone
 
     ApiRateCounter.objects.create(key=key, window_start=datetime(2020, 1, 1, tzinfo=timezone.utc), count=9)
-    count, left, _ = ratelimit.hit(key.id)
+    count, left = find_key(key.key_hash, count=True).counted
     assert count == 1 and 0 < left <= 60
     assert ApiRateCounter.objects.filter(key=key).count() == 1
 
@@ -92,7 +92,7 @@ def test_concurrent_requests_from_several_connections_are_each_counted_once(tena
     def worker(_):
         try:
             start.wait()
-            return [ratelimit.hit(key.id)[0] for _ in range(25)]
+            return [find_key(key.key_hash, count=True).counted[0] for _ in range(25)]
         finally:
             connection.close()
 

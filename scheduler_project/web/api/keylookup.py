@@ -5,7 +5,7 @@ counted against the key's rate limit, and the database clock.
 A single create is a handful of round trips in all, so these three reads (key, rate counter,
 clock) and the allowlist read of the create were a large share of its cost. On SQLite (one machine,
 no network between the web process and the database) the same answer comes from the ORM and
-`ratelimit.hit`, step by step. tests/api/test_key_lookup.py holds both to one contract.
+`ratelimit.hit`, step by step, and the allowlist is read when a create asks for it. tests/api/test_key_lookup.py holds both to one contract.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from schedules.models import ApiKey, Tenant
 
 @dataclass
 class Found:
-    key: ApiKey  # key.tenant is set, with its allowlist read (Tenant.allowed_prefixes)
+    key: ApiKey  # key.tenant is set; on PostgreSQL with its allowlist read (Tenant.known_prefixes)
     # (requests in this window, seconds until it ends) when the request was counted: the key is
     # not revoked and a limit applies; else None.
     counted: tuple[int, float] | None
@@ -37,7 +37,6 @@ def find_key(key_hash: str, *, count: bool) -> Found | None:
     key = ApiKey.objects.select_related("tenant").filter(key_hash=key_hash).first()
     if key is None:
         return None
-    key.tenant.known_prefixes = key.tenant.allowed_prefixes()
     if count and key.revoked_at is None:
         n, left, now = ratelimit.hit(key.id)
         return Found(key, (n, left), now)
@@ -60,7 +59,11 @@ WITH found AS (
     FROM schedules_apikey k JOIN schedules_tenant t ON t.id = k.tenant_id
     WHERE k.key_hash = %(hash)s
 ), counted AS (
-    {ratelimit.PG_COUNT_INTO_WINDOW.format(key="found.key_id", source="found WHERE %(count)s AND found.active")}
+    -- The rate limit's count (ratelimit.py), on the database clock.
+    INSERT INTO schedules_apiratecounter (key_id, window_start, count)
+    SELECT found.key_id, date_trunc('minute', statement_timestamp()), 1 FROM found WHERE %(count)s AND found.active
+    ON CONFLICT (key_id, window_start) DO UPDATE SET count = schedules_apiratecounter.count + 1
+    RETURNING count, EXTRACT(EPOCH FROM (window_start + interval '1 minute' - statement_timestamp())) AS left_seconds
 )
 SELECT found.*, counted.count, counted.left_seconds, statement_timestamp()
 FROM found LEFT JOIN counted ON TRUE
