@@ -413,7 +413,7 @@ def _insert_statement(conn, obj, *, returning: bool = False, computed: dict | No
     model = type(obj)
     meta = model._meta
     assert not (meta.auto_field and obj.pk is not None), "an auto-numbered key is left to its sequence"
-    shape = (model, returning, tuple(sorted(computed or ())))
+    shape = (model, returning, tuple(sorted((computed or {}).items())))
     if shape not in _INSERTS:
         quote = conn.ops.quote_name
         fields = [f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field]

@@ -59,17 +59,6 @@ def test_the_count_lives_in_the_database_one_row_per_key_and_minute(api, setting
     assert all(r.window_start.second == 0 and r.window_start.microsecond == 0 for r in rows)
 
 
-@pytest.mark.django_db
-def test_a_new_window_prunes_the_keys_old_rows(api):
-    key = ApiKey.objects.get(prefix=api.raw_key[:11])
-    from datetime import datetime, timezone
-
-    ApiRateCounter.objects.create(key=key, window_start=datetime(2020, 1, 1, tzinfo=timezone.utc), count=9)
-    count, left = find_key(key.key_hash, count=True).counted
-    assert count == 1 and 0 < left <= 60
-    assert ApiRateCounter.objects.filter(key=key).count() == 1
-
-
 def _wait_for_fresh_minute():
     with connection.cursor() as cur:
         cur.execute("SELECT extract(second FROM statement_timestamp())")
