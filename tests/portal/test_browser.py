@@ -286,3 +286,42 @@ def test_the_portal_works_from_the_keyboard(live_server, page):
     page.get_by_label("State").select_option("dead")
     page.wait_for_url(re.compile(r"state=dead"))  # the filter pushed its URL (htmx, no reload)
     assert page.locator("#results .badge.s-dead").count() == 6
+
+
+def test_the_database_unavailable_is_said_on_a_live_page_and_on_a_new_one(live_server, page, monkeypatch):
+    """While the database cannot serve (here: the run page's load raises what a terminated session
+    raises), the live panel's polls get 503s, which htmx swaps nowhere: the page says so, and
+    stops saying so once a poll is answered again. A page opened meanwhile is the 503 page."""
+    import psycopg
+    from django.db import OperationalError
+
+    from scheduler_project.web.portal import runs as portal_runs
+
+    seed()
+    run = Run.objects.filter(state=RunState.READY).first()
+    base = live_server.url
+    log_in(page, base, "olga", "pw-olga-123")
+    page.goto(f"{base}/runs/{run.id}/")
+    page.get_by_test_id("run-state").filter(has_text="ready").wait_for()
+
+    def unavailable(request, pk):
+        exc = OperationalError("terminating connection due to administrator command")
+        exc.__cause__ = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+        raise exc
+
+    monkeypatch.setattr(portal_runs, "_load", unavailable)
+    notice = page.get_by_role("alert").filter(has_text="The database is unavailable")
+    notice.wait_for(timeout=10_000)  # the panel polls every 3 s
+    page.screenshot(path=str(SHOTS / "database-unavailable-notice.png"), full_page=True)
+    assert page.get_by_test_id("run-state").inner_text() == "ready"  # the stale panel stays as it was
+
+    other = page.context.new_page()
+    resp = other.goto(f"{base}/runs/{run.id}/")
+    assert resp.status == 503 and resp.headers["retry-after"] == "5"
+    other.get_by_role("heading", name="The database is unavailable", level=1).wait_for()
+    other.screenshot(path=str(SHOTS / "database-unavailable-page.png"), full_page=True)
+    other.close()
+
+    monkeypatch.undo()
+    notice.wait_for(state="detached", timeout=10_000)
+    assert page.get_by_test_id("run-state").inner_text() == "ready"

@@ -9,10 +9,12 @@ instead of a 500 later."""
 import json
 import logging
 import math
+import sys
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
+from django.shortcuts import render
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
@@ -22,6 +24,7 @@ from rest_framework.views import exception_handler as drf_handler
 
 from scheduler_project.errors import PayloadTooLarge, ServiceError, ValidationFailed
 from scheduler_project.web.bodylimit import limit_for
+from scheduler_project.web.unavailable import MESSAGE as UNAVAILABLE, RETRY_AFTER_SECONDS, database_unavailable
 from schedules import timeexpr
 
 log = logging.getLogger("scheduler.api")
@@ -153,6 +156,11 @@ def exception_handler(exc, context):
         )
         resp["Retry-After"] = str(wait)
         return resp
+    if database_unavailable(exc):
+        log.warning("API request not served: the database is unavailable", exc_info=exc)
+        resp = Response({"error": UNAVAILABLE, "retryAfter": RETRY_AFTER_SECONDS}, status=503)
+        resp["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return resp
     response = drf_handler(exc, context)
     if response is not None:
         detail = getattr(exc, "detail", None)
@@ -222,6 +230,15 @@ def json_404(request, exception=None):
 
 
 def json_500(request):
+    # Django calls this inside its `except` for the error, so the error is still at hand (a
+    # portal page, the admin, /metrics, or the API's middleware: outside DRF's own handler).
+    if database_unavailable(sys.exc_info()[1]):
+        if _wants_json(request):
+            resp = JsonResponse({"error": UNAVAILABLE, "retryAfter": RETRY_AFTER_SECONDS}, status=503)
+        else:
+            resp = render(request, "503.html", {"retry_after": RETRY_AFTER_SECONDS}, status=503)
+        resp["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return resp
     if _wants_json(request):
         return JsonResponse({"error": "internal error; it has been logged"}, status=500)
     return defaults.server_error(request)
