@@ -1,0 +1,46 @@
+"""Django's PostgreSQL backend, with a connection health check that costs no round trip.
+
+Django's check (CONN_HEALTH_CHECKS) sends `SELECT 1` before the first query of every request:
+a third of a single create's round trips, paid by every request and every loop step to catch the
+rare connection the server has closed (a restart, a failover, a terminated session). A server
+that closes a session says so on its socket: a FATAL message, then the end of the stream; and a
+peer that vanished without a word is found by the TCP keepalives `DATABASE_URL` sets, which turn
+into an error on the socket. So the socket is asked first, without waiting: nothing to read means
+the session is as it was left, and the request goes on. Something to read on an idle connection is
+read; a closed or failed connection is replaced, and anything else (a notice, a notification) gets
+Django's own `SELECT 1`.
+
+What this cannot see is what `SELECT 1` could not either until the keepalives fire: a peer gone
+silent in the last seconds. Its first query then fails (a 503 for a request, a failed step for a
+loop), and Django replaces the connection at the end of that request, as with `SELECT 1`
+(which would have waited on the same dead socket).
+"""
+
+import select
+
+from django.db.backends.postgresql import base
+from psycopg import OperationalError, pq
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    def close_if_health_check_failed(self):
+        if self.pool or self.connection is None or not self.health_check_enabled or self.health_check_done:
+            return
+        if not self._idle_and_unread() and not self.is_usable():
+            self.close()
+        self.health_check_done = True
+
+    def _idle_and_unread(self) -> bool:
+        """True when the connection is open, idle, and the server has sent nothing since the last
+        result; False means "ask the server" (Django's SELECT 1), which fails on a closed one."""
+        conn = self.connection
+        if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            return False
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+            if readable:
+                conn.pgconn.consume_input()  # reads what came; raises if the server closed the socket
+                return False
+        except (OSError, ValueError, OperationalError):
+            return False
+        return True
