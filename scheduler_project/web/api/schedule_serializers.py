@@ -19,6 +19,7 @@ from schedules.services import (MAX_CATCHUP_LIMIT, MAX_EXPRESSION, MAX_NAME, MAX
                                 MIN_BACKOFF_SECONDS, TARGET_METHODS)
 from schedules.targets import MAX_HEADER_VALUE, target_header_problems
 from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES
+from scheduler_project.web.api.representation import compiled
 
 # Instants outside this range are refused at the edge: nothing is scheduled before the epoch, and
 # far-future values only reach date arithmetic overflows deep in the rule engine.
@@ -292,8 +293,12 @@ class ScheduleOut(serializers.Serializer):
     lastError = serializers.CharField(source="last_error", allow_blank=True)
 
 
+_schedule_json = compiled(ScheduleOut())
+
+
 def schedule_json(schedule: Schedule) -> dict:
-    return _one(ScheduleOut).to_representation(schedule)
+    """ScheduleOut's output (compiled once: representation.py)."""
+    return _schedule_json(schedule)
 
 
 @extend_schema_serializer(component_name="Backfill")
