@@ -18,6 +18,12 @@ RETRY_AFTER_SECONDS = 5
 MESSAGE = (f"the database did not answer this request (unreachable, restarting, failing over or busy); "
            f"retry in {RETRY_AFTER_SECONDS} s")
 
+
+def answer_body() -> dict:
+    """The JSON of the API's 503 (sent with `Retry-After: RETRY_AFTER_SECONDS`)."""
+    return {"error": MESSAGE, "retryAfter": RETRY_AFTER_SECONDS}
+
+
 # SQLSTATE classes and codes of a database that cannot serve now but may in a moment.
 _TRANSIENT_CLASSES = ("08", "53", "57")  # connection exception, insufficient resources, operator intervention
 _TRANSIENT_CODES = frozenset({"40001", "40P01", "55P03"})  # serialization failure, deadlock, lock not available

@@ -24,7 +24,7 @@ from rest_framework.views import exception_handler as drf_handler
 
 from scheduler_project.errors import PayloadTooLarge, ServiceError, ValidationFailed
 from scheduler_project.web.bodylimit import limit_for
-from scheduler_project.web.unavailable import MESSAGE as UNAVAILABLE, RETRY_AFTER_SECONDS, database_unavailable
+from scheduler_project.web.unavailable import RETRY_AFTER_SECONDS, answer_body, database_unavailable
 from schedules import timeexpr
 
 log = logging.getLogger("scheduler.api")
@@ -158,7 +158,7 @@ def exception_handler(exc, context):
         return resp
     if database_unavailable(exc):
         log.warning("API request not served: the database is unavailable", exc_info=exc)
-        resp = Response({"error": UNAVAILABLE, "retryAfter": RETRY_AFTER_SECONDS}, status=503)
+        resp = Response(answer_body(), status=503)
         resp["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return resp
     response = drf_handler(exc, context)
@@ -234,7 +234,7 @@ def json_500(request):
     # portal page, the admin, /metrics, or the API's middleware: outside DRF's own handler).
     if database_unavailable(sys.exc_info()[1]):
         if _wants_json(request):
-            resp = JsonResponse({"error": UNAVAILABLE, "retryAfter": RETRY_AFTER_SECONDS}, status=503)
+            resp = JsonResponse(answer_body(), status=503)
         else:
             resp = render(request, "503.html", {"retry_after": RETRY_AFTER_SECONDS}, status=503)
         resp["Retry-After"] = str(RETRY_AFTER_SECONDS)
