@@ -37,6 +37,8 @@ PLAN = {
                                 "--burst-repeats", "1"]),
     "retention_load": ("retention_load", [], ["--minutes", "8", "--day", "30", "--keep-days", "3"]),
     "migration_0007": ("migration_0007", [], ["--runs", "100000"]),
+    # The dashboard and /metrics with an hour of runs at the design rate (1,000,000 an hour).
+    "dashboard_busy_hour": ("dashboard_busy_hour", [], ["--runs-per-tenant", "20000", "--repeats", "3"]),
 }
 
 

@@ -428,3 +428,16 @@ class HistoryRemoval(models.Model):
 
     def __str__(self):
         return f"{self.what} at {self.at}"
+
+
+class RecentStateCount(models.Model):
+    """The last hour's runs by state for one set of tenants (the dashboard's and /metrics' "runs
+    scheduled in the last hour"), kept only when counting them was slow (runs.stats): at the
+    design rate an hour holds about a million runs, and every dashboard poll of every operator
+    counted them again. Shared by every process through the database; read by its key."""
+
+    # "all", or the sha256 of the sorted tenant ids a user sees: a count is only ever served for
+    # exactly the tenants it counted.
+    key = models.CharField(max_length=64, primary_key=True)
+    taken_at = models.DateTimeField()
+    counts = models.JSONField(default=dict)  # state -> runs

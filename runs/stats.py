@@ -22,22 +22,31 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError, transaction
 from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Max, Min, Q
 from django.db.models.functions import Mod
 
-from runs.models import Attempt, OutboxEvent, Run, RunKind, RunState, attempts_with_their_runs
+from runs.models import Attempt, OutboxEvent, RecentStateCount, Run, RunKind, RunState, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
 from schedules.models import Tenant
+
+log = logging.getLogger("scheduler.stats")
 
 # How many of the newest attempts the windowed attempt figures look at, at most.
 ATTEMPT_SAMPLE = 50_000
 LAG_WINDOW = timedelta(minutes=15)
 LAG_NOW_WINDOW = timedelta(minutes=1)
 RECENT = timedelta(hours=1)
+# The last hour's runs by state are counted again on every view while counting them is cheap; once
+# a count takes longer than this, it is kept and served for up to RECENT_COUNT_MAX_AGE.
+RECENT_COUNT_SLOW_SECONDS = 0.05
+RECENT_COUNT_MAX_AGE = timedelta(seconds=30)
 
 
 def _tenant_list(tenant_ids):
@@ -212,6 +221,7 @@ class StateCounts:
     live: dict  # ready/leased/dead: exact totals
     recent: dict  # every state, runs scheduled in the last hour
     recent_window_seconds: int
+    recent_as_of: datetime | None = None  # when `recent` was counted, if not now (a kept count)
 
 
 LIVE_STATES = (RunState.READY, RunState.LEASED, RunState.DEAD)
@@ -233,16 +243,42 @@ def runs_by_state(*, tenant_ids=None, now: datetime | None = None, live: dict | 
     Cost: live_counts; one `run_tenant_time_idx` range per tenant over one hour."""
     now = now or db_now()
     live = live_counts(tenant_ids=tenant_ids) if live is None else live
-    recent_rows = (
-        Run.objects.filter(tenant_id__in=_tenant_list(tenant_ids), scheduled_time__gt=now - RECENT,
-                           scheduled_time__lte=now)
+    recent, as_of = recent_by_state(tenant_ids=tenant_ids, now=now)
+    return StateCounts(live=dict(live), recent=recent, recent_window_seconds=int(RECENT.total_seconds()),
+                       recent_as_of=as_of)
+
+
+def recent_by_state(*, tenant_ids=None, now: datetime) -> tuple[dict, datetime | None]:
+    """Runs scheduled in the last hour by state, and when they were counted (None: now).
+    Counted on every call while that is cheap. A count that took longer than
+    RECENT_COUNT_SLOW_SECONDS (an hour of a busy deployment: hundreds of thousands of runs) is
+    kept in RecentStateCount and served to every process for up to RECENT_COUNT_MAX_AGE, so that
+    pollers do not count the same hour again every few seconds each.
+    Cost: one primary-key read; when counting, one `run_tenant_time_idx` range per tenant over one
+    hour, and its rows."""
+    tenants = _tenant_list(tenant_ids)
+    key = "all" if tenant_ids is None else hashlib.sha256(",".join(sorted(map(str, tenants))).encode()).hexdigest()
+    kept = RecentStateCount.objects.filter(key=key, taken_at__gt=now - RECENT_COUNT_MAX_AGE,
+                                           taken_at__lte=now).first()
+    if kept is not None:
+        return {s.value: kept.counts.get(s.value, 0) for s in RunState}, kept.taken_at
+    started = time.monotonic()
+    rows = (
+        Run.objects.filter(tenant_id__in=tenants, scheduled_time__gt=now - RECENT, scheduled_time__lte=now)
         .values_list("state")
         .annotate(n=Count("id"))
         .order_by()
     )
     recent = {s.value: 0 for s in RunState}
-    recent.update({state: n for state, n in recent_rows})
-    return StateCounts(live=dict(live), recent=recent, recent_window_seconds=int(RECENT.total_seconds()))
+    recent.update({state: n for state, n in rows})
+    if time.monotonic() - started > RECENT_COUNT_SLOW_SECONDS:
+        try:
+            with transaction.atomic():
+                RecentStateCount.objects.update_or_create(key=key, defaults={"taken_at": now, "counts": recent})
+        except DatabaseError:
+            # Only a saving missed (a busy SQLite file, a concurrent first save): the next view counts.
+            log.warning("could not keep the last hour's run counts", exc_info=True)
+    return recent, None
 
 
 @dataclass

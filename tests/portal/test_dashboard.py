@@ -94,3 +94,14 @@ def test_a_forged_idle_count_is_clamped_not_a_server_error(operator, schedule):
             assert r.status_code == 286
         else:
             assert r.status_code == 200 and f'hx-trigger="every {interval}s"' in r.content.decode()
+
+
+def test_a_kept_count_of_the_last_hour_says_when_it_was_made(operator, schedule, monkeypatch):
+    from runs import stats
+
+    make_run(schedule, RunState.READY)
+    assert 'data-testid="recent-as-of"' not in operator.get(reverse("runs-dashboard")).content.decode()
+    monkeypatch.setattr(stats, "RECENT_COUNT_SLOW_SECONDS", -1.0)  # every count is "slow"
+    operator.get(reverse("runs-dashboard"))  # counts, and keeps the count
+    html = operator.get(reverse("runs-dashboard")).content.decode()
+    assert 'data-testid="recent-as-of"' in html and "The last hour's column was counted" in html

@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from runs import stats
-from runs.models import Attempt, AttemptOutcome, Run, RunState
+from runs.models import Attempt, AttemptOutcome, RecentStateCount, Run, RunState
 from scheduler_project.dbclock import db_now
 
 from .conftest import make_run
@@ -110,3 +110,47 @@ def test_latest_dead_are_the_newest_whether_they_died_today_or_long_ago(schedule
     assert latest[0].id in {r.id for r in more}
     # A tenant's own view.
     assert {r.id for r in stats.latest_dead(tenant_ids=[other_schedule.tenant_id], now=db_now())} == {r.id for r in recent}
+
+
+def test_a_cheap_last_hour_is_counted_on_every_call_and_nothing_is_kept(schedule):
+    make_run(schedule, RunState.READY)
+    first = stats.runs_by_state()
+    make_run(schedule, RunState.READY)
+    second = stats.runs_by_state()
+    assert (first.recent["ready"], second.recent["ready"]) == (1, 2)
+    assert first.recent_as_of is None and second.recent_as_of is None
+    assert not RecentStateCount.objects.exists()
+
+
+def test_a_slow_last_hour_is_kept_and_served_until_it_is_too_old(schedule, other_schedule, monkeypatch):
+    # Every count is "slow" here: the rule is what is tested, not a machine's speed.
+    monkeypatch.setattr(stats, "RECENT_COUNT_SLOW_SECONDS", -1.0)
+    make_run(schedule, RunState.READY)
+    first = stats.runs_by_state()
+    kept = RecentStateCount.objects.get(key="all")
+    assert first.recent["ready"] == 1 and first.recent_as_of is None and kept.counts["ready"] == 1
+    make_run(schedule, RunState.READY)
+    served = stats.runs_by_state()
+    assert served.recent["ready"] == 1 and served.recent_as_of == kept.taken_at  # the kept count
+    assert served.live["ready"] == 2  # the live totals are never kept
+    RecentStateCount.objects.filter(key="all").update(taken_at=db_now() - stats.RECENT_COUNT_MAX_AGE - timedelta(seconds=1))
+    again = stats.runs_by_state()
+    assert again.recent["ready"] == 2 and again.recent_as_of is None
+    assert RecentStateCount.objects.get(key="all").counts["ready"] == 2
+
+
+def test_a_kept_count_is_only_served_for_the_tenants_it_counted(schedule, other_schedule, monkeypatch):
+    monkeypatch.setattr(stats, "RECENT_COUNT_SLOW_SECONDS", -1.0)
+    make_run(schedule, RunState.READY)
+    make_run(other_schedule, RunState.DEAD)
+    mine = stats.runs_by_state(tenant_ids=[schedule.tenant_id])
+    theirs = stats.runs_by_state(tenant_ids=[other_schedule.tenant_id])
+    both = stats.runs_by_state(tenant_ids=[other_schedule.tenant_id, schedule.tenant_id])
+    every = stats.runs_by_state()
+    assert (mine.recent["ready"], mine.recent["dead"]) == (1, 0)
+    assert (theirs.recent["ready"], theirs.recent["dead"]) == (0, 1)
+    assert (both.recent["ready"], both.recent["dead"]) == (1, 1) == (every.recent["ready"], every.recent["dead"])
+    assert RecentStateCount.objects.count() == 4
+    # Served again from what was kept, each to its own set of tenants (in any order).
+    assert stats.runs_by_state(tenant_ids=[schedule.tenant_id, other_schedule.tenant_id]).recent_as_of is not None
+    assert stats.runs_by_state(tenant_ids=[schedule.tenant_id]).recent["dead"] == 0
