@@ -16,8 +16,8 @@ One pass (`ActivityAggregator.step`), in one transaction:
 4. Add the counts to the per-minute rows (the tenant's and the all-tenants row), to the
    per-minute rows of each target URL, and update each schedule's summary row; advance the
    watermark.
-5. Now and then, delete minute rows older than RETENTION, and target rows older than
-   TARGET_RETENTION.
+5. Now and then, delete minute rows older than RETENTION, target rows older than
+   TARGET_RETENTION, and the last hour's kept counts too old to be served (runs.stats).
 
 Each pass costs a primary-key range of at most BATCH attempts (joined to their runs and versions
 by primary key), PENDING_BATCH primary-key lookups, and writes proportional to what it read,
@@ -36,6 +36,7 @@ from django.db import transaction
 
 from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMinute, ActivityPending,
                              ScheduleActivity, TargetMinute)
+from runs import stats
 from runs.decisions import LEASE_EXPIRED
 from runs.models import Attempt, AttemptOutcome, RunKind, attempts_with_their_runs
 from scheduler_project.dbclock import db_now
@@ -316,7 +317,7 @@ class ActivityAggregator:
             if ids:
                 model.objects.filter(id__in=ids).delete()
             most = max(most, len(ids))
-        return most
+        return max(most, stats.forget_old_recent_counts(now))
 
 
 def counted_up_to() -> int:

@@ -281,6 +281,12 @@ def recent_by_state(*, tenant_ids=None, now: datetime) -> tuple[dict, datetime |
     return recent, None
 
 
+def forget_old_recent_counts(now: datetime) -> int:
+    """Delete kept counts too old to be served again (one row per set of tenants that viewed a
+    busy hour); the activity loop's pruning calls it. Returns how many went."""
+    return RecentStateCount.objects.filter(taken_at__lt=now - RECENT_COUNT_MAX_AGE).delete()[0]
+
+
 @dataclass
 class DeadLetter:
     size: int

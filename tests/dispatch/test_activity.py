@@ -247,3 +247,15 @@ def test_after_a_real_worker_pass_the_figures_match_the_runs(tenant, target):
     bad_row = ScheduleActivity.objects.get(schedule_id=bad.id)
     assert bad_row.last_outcome == "failed" and bad_row.last_http_status == 503
     assert bad_row.last_success_at is None
+
+
+def test_kept_counts_of_the_last_hour_too_old_to_be_served_are_pruned(tenant, sched):
+    from runs import stats
+    from runs.models import RecentStateCount
+
+    now = db_now()
+    RecentStateCount.objects.create(key="old", taken_at=now - stats.RECENT_COUNT_MAX_AGE - timedelta(minutes=1),
+                                    counts={"ready": 1})
+    RecentStateCount.objects.create(key="fresh", taken_at=now, counts={"ready": 2})
+    NOW.step()
+    assert list(RecentStateCount.objects.values_list("key", flat=True)) == ["fresh"]
