@@ -37,8 +37,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
             return False
         try:
-            readable, _, _ = select.select([conn.fileno()], [], [], 0)
-            if readable:
+            # poll, not select: a worker with many sockets open can hold descriptors past select's 1024.
+            waiting = select.poll()
+            waiting.register(conn.fileno(), select.POLLIN)
+            if waiting.poll(0):  # readable, or the socket failed or hung up
                 conn.pgconn.consume_input()  # reads what came; raises if the server closed the socket
                 return False
         except (OSError, ValueError, OperationalError):

@@ -104,3 +104,40 @@ def test_the_check_runs_once_per_request(other, server_asked):
     connection.close()
     a_new_request()
     assert Tenant.objects.count() == 0
+
+
+def test_a_socket_numbered_past_select_s_limit_is_checked_the_same(other, server_asked):
+    """select() cannot watch a descriptor past 1024, which a busy worker can hold; the check polls."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.fail(f"the test needs 1,200 descriptors; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    connection.close()  # its descriptor is free now, and the lowest free one is the next one used
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        Tenant.objects.count()
+        assert connection.connection.fileno() > 1024
+        pid = backend_pid()
+        a_new_request()
+        Tenant.objects.count()
+        assert server_asked == [] and backend_pid() == pid  # kept without a statement
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        deadline = time.monotonic() + 5
+        while not connection.connection.pgconn.socket or not _readable(connection.connection.fileno()):
+            assert time.monotonic() < deadline, "the server sent nothing"
+        a_new_request()
+        assert Tenant.objects.count() == 0 and backend_pid() != pid  # replaced before the query
+    finally:
+        connection.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _readable(fd) -> bool:
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(50))
