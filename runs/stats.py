@@ -28,11 +28,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Max, Min, Q
 from django.db.models.functions import Mod
 
 from runs.models import Attempt, OutboxEvent, RecentStateCount, Run, RunKind, RunState, attempts_with_their_runs
+from runs.store import store
 from scheduler_project.dbclock import db_now
 from schedules.models import Tenant
 
@@ -273,10 +274,9 @@ def recent_by_state(*, tenant_ids=None, now: datetime) -> tuple[dict, datetime |
     recent.update({state: n for state, n in rows})
     if time.monotonic() - started > RECENT_COUNT_SLOW_SECONDS:
         try:
-            with transaction.atomic():
-                RecentStateCount.objects.update_or_create(key=key, defaults={"taken_at": now, "counts": recent})
+            store().keep_recent_count(key, taken_at=now, counts=recent)
         except DatabaseError:
-            # Only a saving missed (a busy SQLite file, a concurrent first save): the next view counts.
+            # Only a saving missed: the next view counts again.
             log.warning("could not keep the last hour's run counts", exc_info=True)
     return recent, None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Case, CharField, Count, DateTimeField, F, IntegerField, Min, Q, TextField, Value, When
 from django.db.models.functions import Mod
 
@@ -24,6 +24,7 @@ from runs.models import (
     Occurrence,
     OutboxEvent,
     Reason,
+    RecentStateCount,
     Run,
     RunKind,
     RunState,
@@ -44,6 +45,14 @@ def _owned(keys, worker_id=None):
     return qs
 
 
+def _keep_recent_count(key: str, taken_at: datetime, counts: dict) -> None:
+    """One INSERT ... ON CONFLICT DO UPDATE, in a savepoint when the caller has a transaction."""
+    with transaction.atomic():
+        RecentStateCount.objects.bulk_create(
+            [RecentStateCount(key=key, taken_at=taken_at, counts=counts)],
+            update_conflicts=True, unique_fields=["key"], update_fields=["taken_at", "counts"])
+
+
 class PortableStore(PortableHistory):
     # --- new rows in bulk (schedule creation) ----------------------------------------------------
 
@@ -62,6 +71,25 @@ class PortableStore(PortableHistory):
             schedule.current = version
             schedule.save(force_insert=True)
             entry.save(force_insert=True)
+
+    # --- figures kept for the portal and /metrics (runs.stats) -----------------------------------
+
+    def keep_recent_count(self, key: str, *, taken_at: datetime, counts: dict) -> bool:
+        """Keep the last hour's counts for `key` (one upsert), or, when another writer holds the
+        database, not: the caller is a page or a scrape, which must not wait for an optional save.
+        True when kept. SQLite has one write lock for the file; the upsert runs without the busy
+        wait the connection otherwise has (restored after)."""
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA busy_timeout")
+            (wait_ms,) = cur.fetchone()
+            cur.execute("PRAGMA busy_timeout = 0")
+            try:
+                _keep_recent_count(key, taken_at, counts)
+            except OperationalError:  # "database is locked": another writer has the file
+                return False
+            finally:
+                cur.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+        return True
 
     # --- events ----------------------------------------------------------------------------------
 

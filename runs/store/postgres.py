@@ -23,7 +23,7 @@ from runs.decisions import EVIDENCE, Claimed, Decided, completion_kind
 from runs.models import TERMINAL_STATES, EventKind, RunState
 from runs.partitions import LIVE_FLOOR_SQL
 from runs.store.history import PostgresHistory
-from runs.store.portable import PortableStore
+from runs.store.portable import PortableStore, _keep_recent_count
 from schedules.models import ScheduleVersion
 
 READY, LEASED = RunState.READY.value, RunState.LEASED.value
@@ -431,6 +431,12 @@ def _live_floor(cur, *, by_primary_key: bool = False):
 
 
 class PostgresStore(PostgresHistory, PortableStore):
+    def keep_recent_count(self, key: str, *, taken_at: datetime, counts: dict) -> bool:
+        """As PortableStore's. Rows are locked one by one here, so the upsert only waits for
+        another save of the same key or the activity loop deleting it once too old (moments)."""
+        _keep_recent_count(key, taken_at, counts)
+        return True
+
     def insert_new(self, model, objs, *, need_ids: bool = False) -> None:
         """COPY instead of bulk_create's INSERT ... UNNEST: bulk_create prepares every value through
         the field's adapters and dumps each column as a text array literal in Python, ~60% of a

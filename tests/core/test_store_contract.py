@@ -231,3 +231,55 @@ def test_with_history_reads_each_runs_occurrence_and_attempts(tenant, target):
     Occurrence.objects.filter(id=stray.occurrence_id).update(scheduled_time=stray.scheduled_time - timedelta(hours=1))
     (again,) = with_history([Run.objects.get(id=stray.id)])
     assert again.occurrence.id == stray.occurrence_id
+
+
+def test_keep_recent_count_inserts_then_replaces_the_row_of_its_key():
+    from runs.models import RecentStateCount
+
+    t0 = db_now()
+    assert store().keep_recent_count("k", taken_at=t0, counts={"ready": 1})
+    assert store().keep_recent_count("k", taken_at=t0 + timedelta(seconds=1), counts={"ready": 2})
+    assert store().keep_recent_count("other", taken_at=t0, counts={"dead": 3})
+    rows = {r.key: (r.taken_at, r.counts) for r in RecentStateCount.objects.all()}
+    assert rows == {"k": (t0 + timedelta(seconds=1), {"ready": 2}), "other": (t0, {"dead": 3})}
+
+
+def test_keeping_a_count_never_waits_for_another_writer():
+    """A page or a scrape keeps the count on its way; it must not hang on another writer. SQLite:
+    another connection holding the file's write lock means not kept, at once, and the connection's
+    own busy wait is as before. PostgreSQL: locks are per row, and another writer's row is no
+    obstacle."""
+    import sqlite3
+    import time
+
+    import psycopg
+    from django.db import connection
+
+    from runs.models import RecentStateCount
+
+    connection.ensure_connection()
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA busy_timeout")
+            (wait_ms,) = cur.fetchone()
+        assert wait_ms >= 5000  # the configured wait, which this save must not take
+        other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        kept = store().keep_recent_count("k", taken_at=db_now(), counts={"ready": 1})
+        waited = time.monotonic() - started
+        other.execute("COMMIT")
+        other.close()
+        assert kept is False and waited < wait_ms / 1000 / 2
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA busy_timeout")
+            assert cur.fetchone()[0] == wait_ms
+        assert not RecentStateCount.objects.exists()
+    else:
+        store().keep_recent_count("theirs", taken_at=db_now(), counts={})
+        with psycopg.connect(**connection.get_connection_params()) as other:
+            other.execute("SELECT 1 FROM runs_recentstatecount WHERE key = 'theirs' FOR UPDATE")
+            kept = store().keep_recent_count("k", taken_at=db_now(), counts={"ready": 1})
+        assert kept is True
+    assert store().keep_recent_count("k", taken_at=db_now(), counts={"ready": 1})
+    assert RecentStateCount.objects.get(key="k").counts == {"ready": 1}
