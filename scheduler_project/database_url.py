@@ -27,15 +27,35 @@ POSTGRES_ENGINES = {
     "postgis": "django.contrib.gis.db.backends.postgis",
 }
 
+
+def _flag(value: str) -> bool:
+    return value.lower() in {"1", "true", "yes", "on"}
+
+
 # Query parameters that configure Django, not libpq (libpq refuses unknown URI parameters).
 _DJANGO_KEYS = {
     "conn_max_age": ("CONN_MAX_AGE", int),
-    "conn_health_checks": ("CONN_HEALTH_CHECKS", lambda v: v.lower() in {"1", "true", "yes", "on"}),
-    "atomic_requests": ("ATOMIC_REQUESTS", lambda v: v.lower() in {"1", "true", "yes", "on"}),
-    "disable_server_side_cursors": ("DISABLE_SERVER_SIDE_CURSORS", lambda v: v.lower() in {"1", "true", "yes", "on"}),
+    "conn_health_checks": ("CONN_HEALTH_CHECKS", _flag),
+    "atomic_requests": ("ATOMIC_REQUESTS", _flag),
+    "disable_server_side_cursors": ("DISABLE_SERVER_SIDE_CURSORS", _flag),
 }
-# Options of Django's PostgreSQL backend itself; they go to OPTIONS but are not libpq's.
-_BACKEND_OPTIONS = {"isolation_level", "server_side_binding", "assume_role"}
+
+
+def _prepare_threshold(value: str) -> int | None:
+    """psycopg's prepare_threshold: "none" (or "off") never prepares a statement, as a PgBouncer
+    older than 1.21 in transaction mode needs; a number prepares one after that many runs."""
+    if value.lower() in {"none", "off", ""}:
+        return None
+    threshold = int(value)
+    if threshold < 0:
+        raise ValueError("prepare_threshold is a number of runs (0 or more) or none")
+    return threshold
+
+
+# Options of Django's PostgreSQL backend and of psycopg, not libpq's: they go to OPTIONS, as the
+# type the backend expects (server_side_binding must be True itself, not a string).
+_BACKEND_OPTIONS = {"isolation_level": str, "server_side_binding": _flag, "assume_role": str,
+                    "prepare_threshold": _prepare_threshold}
 
 # Applied unless the URL sets them. connect_timeout is per host: a dead first host costs this
 # much before libpq tries the next one. keepalives find a silent peer under an idle connection
@@ -72,7 +92,7 @@ def parse_database_url(url: str) -> dict:
             name, convert = _DJANGO_KEYS[key.lower()]
             entry[name] = convert(value)
         elif key in _BACKEND_OPTIONS:
-            backend_options[key] = value
+            backend_options[key] = _BACKEND_OPTIONS[key](value)
         else:
             libpq_query.append((key, value))
     # libpq accepts only these two scheme spellings.

@@ -63,6 +63,17 @@ def test_django_settings_in_the_query_are_not_sent_to_libpq():
     assert entry["OPTIONS"]["application_name"] == "x"
 
 
+def test_psycopg_and_backend_options_get_the_type_they_are_read_as():
+    entry = parse_database_url("postgres://a/s?prepare_threshold=none&server_side_binding=true")
+    assert entry["OPTIONS"]["prepare_threshold"] is None  # never prepare (an old PgBouncer)
+    assert entry["OPTIONS"]["server_side_binding"] is True  # Django's backend tests `is True`
+    assert parse_database_url("postgres://a/s?prepare_threshold=3")["OPTIONS"]["prepare_threshold"] == 3
+    assert "prepare_threshold" not in parse_database_url("postgres://a/s")["OPTIONS"]  # psycopg's default
+    for bad in ("-1", "soon"):
+        with pytest.raises(ValueError):
+            parse_database_url(f"postgres://a/s?prepare_threshold={bad}")
+
+
 def test_percent_encoded_credentials_and_socket_directories_are_decoded():
     entry = parse_database_url("postgres://u%40corp:p%2Fw%3A@%2Fvar%2Frun%2Fpostgresql/s")
     assert entry["USER"] == "u@corp"

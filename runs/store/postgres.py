@@ -24,7 +24,7 @@ from runs.models import TERMINAL_STATES, EventKind, RunState
 from runs.partitions import LIVE_FLOOR_SQL
 from runs.store.history import PostgresHistory
 from runs.store.portable import PortableStore, _keep_recent_count
-from schedules.models import ScheduleVersion
+from scheduler_project.postgresql.prepared import prepared_cursor
 
 READY, LEASED = RunState.READY.value, RunState.LEASED.value
 TERMINAL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
@@ -473,20 +473,21 @@ class PostgresStore(PostgresHistory, PortableStore):
             obj._state.db = DEFAULT_DB_ALIAS
 
     def insert_schedule(self, schedule, version, entry) -> None:
-        """The three inserts in one round trip (a single create is a handful of round trips in
-        all, so each one left is a large share of its cost): the INSERT statements save() sends for
-        the three rows, sent together. The schedule takes the version's id from its sequence
-        (`currval` in this session), and the version's id comes back from its RETURNING. One
-        statement after another in one execute runs in the caller's transaction, or as one
-        implicit transaction of its own."""
+        """The three inserts in one statement, in one round trip (a single create is a handful of
+        round trips in all, so each one left is a large share of its cost): the INSERTs save()
+        sends for the three rows, as the parts of one WITH, which PostgreSQL keeps prepared
+        (parsing and planning them each time cost it more than inserting). The schedule takes the
+        version's id from the version's insert, and the id comes back to the caller. One statement
+        runs in the caller's transaction, or is a transaction of its own."""
         conn = connections[DEFAULT_DB_ALIAS]
-        vmeta = ScheduleVersion._meta
-        current = f"currval(pg_get_serial_sequence('{vmeta.db_table}', '{vmeta.pk.column}'))"
-        statements = [_insert_statement(conn, version, returning=True),
-                      _insert_statement(conn, schedule, computed={"current_id": current}),
-                      _insert_statement(conn, entry)]
-        with conn.cursor() as cur:
-            cur.execute("; ".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
+        version_sql, version_params = _insert_statement(conn, version, returning=True)
+        schedule_sql, schedule_params = _insert_statement(
+            conn, schedule, computed={"current_id": "(SELECT id FROM new_version)"})
+        entry_sql, entry_params = _insert_statement(conn, entry)
+        sql = (f"WITH new_version AS ({version_sql}), new_schedule AS ({schedule_sql}), "
+               f"new_entry AS ({entry_sql}) SELECT id FROM new_version")
+        with prepared_cursor(conn) as cur:
+            cur.execute(sql, [*version_params, *schedule_params, *entry_params])
             (version.id,) = cur.fetchone()
         schedule.current = version
         for obj in (version, schedule, entry):

@@ -140,12 +140,12 @@ def test_a_single_create_takes_few_statements(api, target):
     assert not any("pg_notify" in s for s in sql)  # due in months: the scanners' polling finds it
     if connection.vendor == "postgresql":
         # The key with its tenant, allowlist, rate count and clock in one statement; the quota's
-        # count; the three inserts sent together; and the transaction around them (a savepoint
+        # count; the three inserts as one statement; and the transaction around them (a savepoint
         # here, inside the test's transaction).
         assert sql[0].lstrip().startswith("WITH found AS"), sql[0]
         rest = [s for s in sql[1:] if "SAVEPOINT" not in s and s not in ("BEGIN", "COMMIT")]
         assert len(rest) == 2, rest
-        assert rest[0].startswith("SELECT COUNT(*)") and rest[1].startswith('INSERT INTO "schedules_scheduleversion"')
+        assert rest[0].startswith("SELECT COUNT(*)") and rest[1].startswith('WITH new_version AS (INSERT INTO "schedules_scheduleversion"')
 
 
 @pytest.mark.postgresql_only("counts PostgreSQL round trips")
@@ -158,10 +158,11 @@ def test_without_a_quota_a_single_create_is_two_statements(api, target, settings
         response = api.post("/api/v1/schedules", yearly, format="json")
     assert response.status_code == 201
     sql = [q["sql"] for q in ctx.captured_queries]
-    # The key lookup, then the three inserts sent together as their own transaction: no BEGIN,
-    # no COMMIT, no quota count.
+    # The key lookup, then the three inserts as one statement, a transaction of its own: no
+    # BEGIN, no COMMIT, no quota count.
     assert len(sql) == 2, sql
-    assert sql[0].lstrip().startswith("WITH found AS") and sql[1].startswith('INSERT INTO "schedules_scheduleversion"')
+    assert sql[0].lstrip().startswith("WITH found AS")
+    assert sql[1].startswith('WITH new_version AS (INSERT INTO "schedules_scheduleversion"')
     assert Schedule.objects.filter(id=response.json()["id"]).exists()
 
 
