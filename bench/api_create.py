@@ -11,7 +11,9 @@ keep-alive sessions, on the same machine as gunicorn and PostgreSQL (the client'
 against the same 2 cores). With `--bulk K`, the same N schedules go as N/K
 `POST /api/v1/schedules/batch` requests of K items each (`rate(1 day)` rules with their own
 anchors, as a fleet being loaded would send them). The per-key rate limit is raised for the run
-(SCHEDULER_API_RATE_LIMIT_PER_MINUTE; the shipped 600 per minute would cap it at 10/s). Prints
+(SCHEDULER_API_RATE_LIMIT_PER_MINUTE; the shipped 600 per minute would cap it at 10/s); the
+tenant's schedule quota applies, as in a deployment, but is set far above what the run makes
+(`--quota`; 0 for none). Prints
 schedules created per second and the p50/p99 request time, and for single creates the CPU each
 create cost gunicorn, PostgreSQL (all its processes) and the client; every answer must be 201
 (every item 201 in a batch), and the database must hold every schedule. With wrk installed (Debian's
@@ -249,6 +251,9 @@ def main():
     ap.add_argument("--threads", type=int, default=8, help="client threads, each with a keep-alive session")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--bulk", type=int, default=0, help="items per POST /schedules/batch (0: single creates)")
+    ap.add_argument("--quota", type=int, default=1_000_000_000,
+                    help="the tenant's schedule quota (SCHEDULER_MAX_SCHEDULES_PER_TENANT): by default one that "
+                         "applies, as a deployment's does, and is never reached; 0: no quota")
     ap.add_argument("--database", default="scheduler_bench_api")
     args = ap.parse_args()
 
@@ -263,7 +268,7 @@ def main():
     _, key = create_api_key(tenant, label="bench")
     port = free_port()
     env = C.bench_env(args.database, SCHEDULER_API_RATE_LIMIT_PER_MINUTE=10_000_000,
-                         SCHEDULER_MAX_SCHEDULES_PER_TENANT=0)
+                         SCHEDULER_MAX_SCHEDULES_PER_TENANT=args.quota)
     gunicorn = subprocess.Popen(
         [str(C.PYTHON.parent / "gunicorn"), "scheduler_project.wsgi", "--bind", f"127.0.0.1:{port}",
          "--workers", str(args.gunicorn_workers), "--log-level", "warning",
@@ -301,8 +306,9 @@ def main():
         wrk = args.client == "wrk" and not args.bulk
         amount = "" if wrk else f"{args.creates} schedules per repeat in "
         clients = f"{args.threads} connections" if wrk else f"{args.threads} client threads"
+        quota = f"a quota of {args.quota:,} schedules" if args.quota else "no quota"
         print(f"\napi create: {amount}{how} through gunicorn "
-              f"({server}), {clients}{client} on the same machine, median of {args.repeats}:")
+              f"({server}), {clients}{client} on the same machine, {quota}, median of {args.repeats}:")
         print(f"  schedules/s   {C.spread([r['rate'] for r in results], 0)}")
         print(f"  request p50   {C.spread([r['p50'] * 1000 for r in results], 1, ' ms')}")
         print(f"  request p99   {C.spread([r['p99'] * 1000 for r in results], 1, ' ms')}")

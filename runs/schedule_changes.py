@@ -41,8 +41,8 @@ from schedules.services import (
     jsonable,
     new_version,
     check_quotas,
+    quota_locks,
     quota_refusals,
-    quotas_apply,
     rule_for,
     validate_fields,
     version_fields,
@@ -86,14 +86,14 @@ def _wake_scanners_for(schedules, now: datetime) -> None:
 
 def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime) -> Schedule:
     """Validate and store a new schedule at version 1 with its first due instant: two inserts and
-    the audit entry. The inserts are atomic by themselves (store.insert_schedule); only a quota,
-    whose count (and, near the limit, tenant lock) must hold until they commit, needs a
-    transaction around them, so a create without one costs no BEGIN and COMMIT round trips."""
+    the audit entry. The inserts are atomic by themselves (store.insert_schedule); only a quota
+    near its limit, whose tenant lock must be held until they commit, needs a transaction around
+    them, so a create far from every limit costs no BEGIN and COMMIT round trips."""
     fields = {**VERSIONED_DEFAULTS, **given}
     rule = validate_fields(tenant, fields, now=now, quotas=False)
     schedule, version = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)
     entry = _created_entry(schedule, fields, tenant=tenant, by=by)
-    with transaction.atomic() if quotas_apply(tenant, [fields["sub_minute"]]) else nullcontext():
+    with transaction.atomic() if quota_locks(tenant, [fields["sub_minute"]]) else nullcontext():
         check_quotas(tenant, sub_minute=fields["sub_minute"], schedule=None)
         store().insert_schedule(schedule, version, entry)
     _wake_scanners_for([schedule], now)

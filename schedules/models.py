@@ -62,6 +62,11 @@ class Tenant(models.Model):
     # statement); otherwise it is read on use.
     known_prefixes: list[str] | None = None
 
+    # (schedules not archived, of which sub-minute) read earlier in this request (the API's key
+    # lookup, in the same statement, or services.quota_locks); the next quota check takes it and
+    # clears it, so a later check reads the counts again (schedules.services._counted).
+    known_schedule_counts: tuple[int, int] | None = None
+
     def allowed_prefixes(self) -> list[str]:
         if self.known_prefixes is not None:
             return list(self.known_prefixes)
@@ -305,6 +310,30 @@ class IdempotencyRecord(models.Model):
         indexes = [
             # The reconciler's pruning of expired keys (schedules.idempotency.prune_expired).
             models.Index(fields=["created_at"], name="idempotency_created_idx"),
+        ]
+
+
+class TenantScheduleCount(models.Model):
+    """How many of a tenant's schedules are not archived, and how many of those have a sub-minute
+    rule: what its quotas count (schedules.services), read in one small query however many
+    schedules the tenant has. Counting the schedules themselves cost a create time in proportion
+    to the tenant's size.
+
+    Written only by the database: triggers on schedules_schedule (migration 0007) add what each
+    statement inserts, archives or changes the rule of, in the same transaction, so no code path
+    can miss one. A tenant's count is the sum of its rows: on PostgreSQL each connection adds to
+    one of several slots, so concurrent creates of one tenant do not queue on one row."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    slot = models.PositiveSmallIntegerField()
+    # Either may be negative in one slot (a schedule archived through another connection's slot).
+    live = models.BigIntegerField(default=0)
+    sub_minute = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slot"], name="tenant_schedule_count_slot_unique"),
         ]
 
 

@@ -12,10 +12,11 @@ from itertools import islice
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.db.models import Sum
 
 from scheduler_project.errors import PayloadTooLarge, ValidationFailed
 from schedules import timeexpr
-from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant
+from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, TenantScheduleCount
 from schedules.targets import target_header_problems, url_allowed
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
@@ -146,19 +147,40 @@ def _over_subminute_quota(limit: int) -> ValidationFailed:
         "for them; use a slower rule, or ask an operator to raise the quota"]})
 
 
-def _live_count(tenant: Tenant, qs, limit: int, adding: int) -> int:
-    """How many of `qs` the tenant has, counted so that concurrent creates cannot both take the
-    last places. Far from the limit a single create (`adding` 1) counts without waiting for anyone:
-    the creates in flight beside it are far fewer than the QUOTA_LOCK_MARGIN places left. Near it,
-    and for a batch whatever the count, the tenant row is locked and the count taken again after
-    the wait: a batch adds up to a thousand places in one commit, so two batches (or a batch and
-    near-limit creates) that each counted before the other committed could together go far past
-    the quota; under the lock they are counted one after the other."""
-    count = qs.count()
-    if adding > 1 or count >= limit - QUOTA_LOCK_MARGIN:
+def _counted(tenant: Tenant, *, fresh: bool = False) -> tuple[int, int]:
+    """The tenant's schedules that are not archived, and how many of those have a sub-minute rule:
+    the sum of its TenantScheduleCount rows, which the database keeps (one small read, however many
+    schedules the tenant has); or, unless `fresh`, the counts read earlier in this request, once."""
+    known, tenant.known_schedule_counts = tenant.known_schedule_counts, None
+    if known is not None and not fresh:
+        return known
+    got = TenantScheduleCount.objects.filter(tenant_id=tenant.id).aggregate(live=Sum("live"), sub=Sum("sub_minute"))
+    return got["live"] or 0, got["sub"] or 0
+
+
+def _near(limits: tuple[int, int], adding: tuple[int, int], counts: tuple[int, int]) -> bool:
+    return any(limit and n and (n > 1 or count >= limit - QUOTA_LOCK_MARGIN)
+               for limit, n, count in zip(limits, adding, counts))
+
+
+def _quota_counts(tenant: Tenant, limits: tuple[int, int], adding: tuple[int, int]) -> tuple[int, int]:
+    """The counts for the quotas in `limits` (0: none) that `adding` new schedules (all, sub-minute)
+    must fit, read so that concurrent creates cannot both take the last places. Far from every
+    limit a single create reads them without waiting for anyone: the creates in flight beside it
+    are far fewer than the QUOTA_LOCK_MARGIN places left. Near one, and for a batch whatever the
+    counts, the tenant row is locked and the counts read again after the wait: a batch adds up to a
+    thousand places in one commit, so two batches (or a batch and near-limit creates) that each
+    counted before the other committed could together go far past the quota; under the lock they
+    are counted one after the other."""
+    counts = _counted(tenant)
+    if _near(limits, adding, counts):
         Tenant.objects.select_for_update(no_key=True).filter(id=tenant.id).first()
-        count = qs.count()
-    return count
+        counts = _counted(tenant, fresh=True)
+    return counts
+
+
+def _limits_and_adding(tenant: Tenant, sub_minutes: list[bool]) -> tuple[tuple[int, int], tuple[int, int]]:
+    return _quota_limits(tenant), (len(sub_minutes), sum(1 for s in sub_minutes if s))
 
 
 def quotas_apply(tenant: Tenant, sub_minutes: list[bool]) -> bool:
@@ -167,18 +189,28 @@ def quotas_apply(tenant: Tenant, sub_minutes: list[bool]) -> bool:
     return bool(limit and sub_minutes) or bool(sub_limit and any(sub_minutes))
 
 
+def quota_locks(tenant: Tenant, sub_minutes: list[bool]) -> bool:
+    """Whether checking new schedules like these against the quotas (quota_refusals) takes the
+    tenant lock: near a limit, or for a batch. The lock must be held until they are inserted, so
+    the caller then holds a transaction around the check and the inserts; far from every limit a
+    single create needs none. The counts read here are the ones the check then uses."""
+    if not quotas_apply(tenant, sub_minutes):
+        return False
+    limits, adding = _limits_and_adding(tenant, sub_minutes)
+    tenant.known_schedule_counts = counts = _counted(tenant)
+    return _near(limits, adding, counts)
+
+
 def quota_refusals(tenant: Tenant, sub_minutes: list[bool]) -> dict[int, ValidationFailed]:
     """New schedules, given in order by whether each is sub-minute, against the tenant's quotas:
     the ones that do not fit, {index: error}. Both quotas count the tenant's schedules that are not
-    archived (archiving frees a place); one count per quota, whatever the number of schedules."""
+    archived (archiving frees a place), read from the counts the database keeps (TenantScheduleCount)
+    once, whatever the number of schedules given or stored."""
     if not quotas_apply(tenant, sub_minutes):
         return {}  # no query
-    limit, sub_limit = _quota_limits(tenant)
-    wanted_sub = sum(1 for s in sub_minutes if s)
-    live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
-    used = _live_count(tenant, live, limit, len(sub_minutes)) if limit else 0
-    used_sub = _live_count(tenant, live.filter(current__sub_minute=True), sub_limit, wanted_sub) \
-        if sub_limit and wanted_sub else 0
+    limits, adding = _limits_and_adding(tenant, sub_minutes)
+    limit, sub_limit = limits
+    used, used_sub = _quota_counts(tenant, limits, adding)
     refused = {}
     for index, sub_minute in enumerate(sub_minutes):
         if limit and used >= limit:
@@ -201,8 +233,7 @@ def check_quotas(tenant: Tenant, *, sub_minute: bool, schedule: Schedule | None)
         return
     _, sub_limit = _quota_limits(tenant)
     if sub_limit and sub_minute and not schedule.current.sub_minute:
-        live = Schedule.objects.filter(tenant_id=tenant.id).exclude(status=ScheduleStatus.ARCHIVED)
-        if _live_count(tenant, live.filter(current__sub_minute=True), sub_limit, 1) >= sub_limit:
+        if _quota_counts(tenant, (0, sub_limit), (0, 1))[1] >= sub_limit:
             raise _over_subminute_quota(sub_limit)
 
 

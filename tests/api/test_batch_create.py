@@ -139,13 +139,28 @@ def test_a_single_create_takes_few_statements(api, target):
     assert not any('UPDATE "schedules_schedule"' in s for s in sql)
     assert not any("pg_notify" in s for s in sql)  # due in months: the scanners' polling finds it
     if connection.vendor == "postgresql":
-        # The key with its tenant, allowlist, rate count and clock in one statement; the quota's
-        # count; the three inserts as one statement; and the transaction around them (a savepoint
-        # here, inside the test's transaction).
+        # The key with its tenant, allowlist, the counts the quota reads, rate count and clock in one
+        # statement, then the three inserts as one: far from the quota's limit, a create reads no
+        # count of its own and needs no transaction.
+        assert len(sql) == 2, sql
         assert sql[0].lstrip().startswith("WITH found AS"), sql[0]
-        rest = [s for s in sql[1:] if "SAVEPOINT" not in s and s not in ("BEGIN", "COMMIT")]
-        assert len(rest) == 2, rest
-        assert rest[0].startswith("SELECT COUNT(*)") and rest[1].startswith('WITH new_version AS (INSERT INTO "schedules_scheduleversion"')
+        assert sql[1].startswith('WITH new_version AS (INSERT INTO "schedules_scheduleversion"'), sql[1]
+
+
+@pytest.mark.postgresql_only("counts PostgreSQL round trips")
+@pytest.mark.django_db(transaction=True)
+def test_near_the_quota_a_single_create_counts_again_under_the_tenant_lock(api, target, settings):
+    settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT = 50  # within QUOTA_LOCK_MARGIN of its limit
+    yearly = schedule_body(target, expression="0 3 1 1 *")
+    api.post("/api/v1/schedules", yearly, format="json")  # the key's first use touches last_used_at
+    with CaptureQueriesContext(connection) as ctx:
+        assert api.post("/api/v1/schedules", yearly, format="json").status_code == 201
+    sql = [q["sql"] for q in ctx.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+    assert len(sql) == 4, sql
+    assert "FOR NO KEY UPDATE" in sql[1] and '"schedules_tenant"' in sql[1]
+    assert sql[2].startswith('SELECT SUM("schedules_tenantschedulecount"."live")'), sql[2]
+    assert sql[3].startswith('WITH new_version AS'), sql[3]
+    assert Schedule.objects.count() == 2
 
 
 @pytest.mark.postgresql_only("counts PostgreSQL round trips")

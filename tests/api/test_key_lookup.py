@@ -7,8 +7,9 @@ import pytest
 
 from scheduler_project.dbclock import db_now
 from scheduler_project.web.api.keylookup import find_key
+from tests.helpers import make_schedule
 from schedules.models import ApiKey, ApiRateCounter, hash_api_key
-from schedules.services import SYSTEM
+from schedules.services import SYSTEM, _counted
 from schedules.tenants import create_api_key, create_tenant, revoke_api_key
 
 
@@ -38,6 +39,17 @@ def test_the_key_comes_with_its_tenant_and_allowlist(keyed):
     assert found.key.tenant.allowed_prefixes() == tenant.allowed_prefixes() == [
         "https://a.example/x/", "https://b.example/"]
     assert found.counted is None and not ApiRateCounter.objects.exists()
+
+
+def test_the_quota_counts_come_with_the_tenant_or_are_read_on_use(keyed):
+    tenant, _, raw = keyed
+    make_schedule(tenant, "https://a.example/x/hook", expression="RRULE:FREQ=SECONDLY")
+    make_schedule(tenant, "https://b.example/hook", expression="rate(1 hour)")
+    found = find_key(hash_api_key(raw), count=False).key.tenant
+    # Read in the lookup's statement on PostgreSQL, on use on SQLite: the same counts either way,
+    # and once only (a second check in the request reads them again).
+    assert _counted(found) == _counted(tenant) == (2, 1)
+    assert found.known_schedule_counts is None
 
 
 def test_counting_adds_one_per_request_in_the_minute_and_reads_the_clock(keyed):

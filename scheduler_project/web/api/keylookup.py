@@ -1,6 +1,6 @@
 """What every API request needs from the database before its view runs, read in one round trip on
-PostgreSQL: the key (by its hash) with its tenant and the tenant's target allowlist, the request
-counted against the key's rate limit, and the database clock.
+PostgreSQL: the key (by its hash) with its tenant, the tenant's target allowlist and the counts its
+quotas read, the request counted against the key's rate limit, and the database clock.
 
 A single create is a handful of round trips in all, so these three reads (key, rate counter,
 clock) and the allowlist read of the create were a large share of its cost. On SQLite (one machine,
@@ -56,8 +56,12 @@ def _statement(conn) -> tuple[str, list, list]:
     sql = f"""
 WITH found AS (
     SELECT {key_cols}, {tenant_cols}, k.id AS key_id, k.revoked_at IS NULL AS active,
-           ARRAY(SELECT p.prefix FROM schedules_targetprefix p WHERE p.tenant_id = t.id ORDER BY p.prefix) AS prefixes
+           ARRAY(SELECT p.prefix FROM schedules_targetprefix p WHERE p.tenant_id = t.id ORDER BY p.prefix) AS prefixes,
+           counts.live, counts.sub_minute
     FROM schedules_apikey k JOIN schedules_tenant t ON t.id = k.tenant_id
+    -- What the quotas count (a few rows per tenant, kept by the database: TenantScheduleCount).
+    CROSS JOIN LATERAL (SELECT coalesce(sum(c.live), 0) AS live, coalesce(sum(c.sub_minute), 0) AS sub_minute
+                        FROM schedules_tenantschedulecount c WHERE c.tenant_id = t.id) counts
     WHERE k.key_hash = %(hash)s
 ), counted AS (
     -- The rate limit's count (ratelimit.py), on the database clock.
@@ -97,8 +101,9 @@ def _find_key_postgres(conn, key_hash: str, count: bool) -> Found | None:
     nk, nt = len(key_fields), len(tenant_fields)
     key = _instance(ApiKey, key_fields, row[:nk], conn)
     key.tenant = _instance(Tenant, tenant_fields, row[nk:nk + nt], conn)
-    _key_id, _active, prefixes, n, left, now = row[nk + nt:]
+    _key_id, _active, prefixes, live, sub_minute, n, left, now = row[nk + nt:]
     key.tenant.known_prefixes = list(prefixes)
+    key.tenant.known_schedule_counts = (int(live), int(sub_minute))
     if n == 1:
         ratelimit.prune(key.id)
     return Found(key, (n, float(left)) if n is not None else None, now)
