@@ -3,9 +3,9 @@ by triggers on schedules_schedule, for the quotas (schedules.models.TenantSchedu
 
 The counts are filled from the schedules already stored while the schedule table is locked
 against writes (reads go on), in the migration's transaction, so no schedule made or archived
-meanwhile is missed or counted twice. That count reads every schedule once: expect schedule
-writes (creates, edits, archiving, the scanners' updates) to wait for a few seconds per million
-schedules while it runs.
+meanwhile is missed or counted twice. That count reads every schedule once, and schedule writes
+(creates, edits, archiving, the scanners' updates) wait for it; docs/scaling.md has how long it
+took per million schedules.
 
 A schedule's tenant never changes (nothing changes it), so the triggers follow its status (archived
 or not), its current version (whose rule may or may not be sub-minute), and inserts and deletes.
