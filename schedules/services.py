@@ -183,6 +183,13 @@ def _limits_and_adding(tenant: Tenant, sub_minutes: list[bool]) -> tuple[tuple[i
     return _quota_limits(tenant), (len(sub_minutes), sum(1 for s in sub_minutes if s))
 
 
+def quota_use(tenant: Tenant) -> dict:
+    """How much of its quotas the tenant uses (the portal's tenant page); a quota of 0 is none."""
+    live, sub_minute = _counted(tenant, fresh=True)
+    limit, sub_limit = _quota_limits(tenant)
+    return {"schedules": live, "schedule_quota": limit, "sub_minute": sub_minute, "sub_minute_quota": sub_limit}
+
+
 def quotas_apply(tenant: Tenant, sub_minutes: list[bool]) -> bool:
     """Whether any quota counts new schedules like these (else quota_refusals reads nothing)."""
     limit, sub_limit = _quota_limits(tenant)

@@ -13,6 +13,7 @@ from scheduler_project.web.access import (actor_for, can, get_scoped, has_operat
                                           member_role, operator_only, portal_view, require, visible_tenants)
 from scheduler_project.web.portal.common import Confirm, call_service, confirm_response, confirmed, render_view
 from scheduler_project.web.portal.webhooks import webhook_address_check
+from schedules import services as schedule_services
 from schedules import tenants as tenant_services
 from schedules.models import ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership
 
@@ -66,7 +67,8 @@ def tenant_detail(request, pk):
     tenant = _tenant(request, pk)
     # How long this tenant's history is kept and when the next removal is due (its own policy or
     # the defaults); the full page only, not the key fragment.
-    ctx = _context(request, tenant, retention=retention.status(tenant_ids=[tenant.id]))
+    ctx = _context(request, tenant, retention=retention.status(tenant_ids=[tenant.id]),
+                   quota_use=schedule_services.quota_use(tenant))
     return _no_store(render_view(request, "tenants/detail.html", ctx, partial="keys"))
 
 
