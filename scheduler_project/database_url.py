@@ -46,10 +46,9 @@ def _prepare_threshold(value: str) -> int | None:
     older than 1.21 in transaction mode needs; a number prepares one after that many runs."""
     if value.lower() in {"none", "off", ""}:
         return None
-    threshold = int(value)
-    if threshold < 0:
-        raise ValueError("prepare_threshold is a number of runs (0 or more) or none")
-    return threshold
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"DATABASE_URL: prepare_threshold={value!r} is neither a number of runs (0 or more) nor none")
+    return int(value)
 
 
 # Options of Django's PostgreSQL backend and of psycopg, not libpq's: they go to OPTIONS, as the
