@@ -31,8 +31,8 @@ turns preparing off, as a PgBouncer older than 1.21 in transaction mode needs.
 import inspect
 import select
 
-from django.db.backends.postgresql import base
 import psycopg
+from django.db.backends.postgresql import base
 from psycopg import OperationalError, pq
 
 # What psycopg.connect() uses when not told.
