@@ -231,6 +231,36 @@ class AutoFailoverCluster:
             return False
         return sorted(r for r, _ in states.values()) == sorted(want or {"primary", "secondary"})
 
+    def synchronous(self) -> bool:
+        """Settled, and the primary's commits wait for the standby: PostgreSQL lists a standby in
+        `synchronous_standby_names` and streams to it as `sync` or `quorum`. This is
+        the precondition of the failover promise; pg_auto_failover drops it (`wait_primary`)
+        whenever the standby looks unhealthy, which a busy host makes happen."""
+        import psycopg
+
+        if not self.settled():
+            return False
+        try:
+            with psycopg.connect(self.node_url(self.primary()), autocommit=True, connect_timeout=2) as c:
+                names = c.execute("SHOW synchronous_standby_names").fetchone()[0]
+                rows = c.execute(
+                    "SELECT sync_state, state FROM pg_stat_replication").fetchall()
+        except Exception:
+            return False
+        return bool(names.strip()) and any(sync in {"sync", "quorum"} and state == "streaming"
+                                           for sync, state in rows)
+
+    def wait_synchronous(self, timeout: float, what: str) -> float:
+        return self._wait(self.synchronous, timeout, what)
+
+    def state_changes(self, since) -> list[tuple]:
+        """The monitor's own record of node state changes since `since` (a datetime):
+        (time, node, reported state, goal state, description)."""
+        with self.monitor_connection() as c:
+            return c.execute(
+                "SELECT eventtime, nodename, reportedstate::text, goalstate::text, description"
+                " FROM pgautofailover.event WHERE eventtime >= %s ORDER BY eventid", [since]).fetchall()
+
     def primary(self) -> Node:
         states = self.states()
         for node in self.nodes:
