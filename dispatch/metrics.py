@@ -23,6 +23,7 @@ from dispatch.activity_figures import attempt_figures
 from dispatch.models import ShardLease, WorkerStat
 from runs import retention, stats
 from scheduler_project.dbclock import db_now
+from scheduler_project.dbreplication import replication_status
 
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 BATCH_BUCKETS = ("1", "10", "25", "50", "100", "250", "500", "1000", "+Inf")
@@ -110,6 +111,22 @@ class SchedulerCollector:
         yield from self.worker_metrics(now)
         yield from self.shard_metrics(now)
         yield from self.history_metrics(now)
+        yield from self.replication_metrics()
+
+    def replication_metrics(self):
+        """Whether commits wait for a standby (scheduler_project.dbreplication); nothing on SQLite."""
+        rep = replication_status()
+        if rep is None:
+            return
+        yield _gauge("scheduler_database_standbys", "Standbys streaming from the primary", rep.standbys)
+        yield _gauge("scheduler_database_synchronous_standbys",
+                     "Standbys whose acknowledgement a commit waits for (0 with a standby: commits can be lost "
+                     "in a failover)", rep.synchronous)
+        yield _gauge("scheduler_database_replication_visible",
+                     "1 if this role may read the standbys' state (else grant pg_monitor)", int(rep.visible))
+        yield _gauge("scheduler_database_replication_degraded",
+                     "1 while commits are acknowledged without the synchronous standby the deployment expects",
+                     int(rep.degraded))
 
     def worker_metrics(self, now):
         totals = WorkerStat.objects.aggregate(

@@ -251,6 +251,9 @@ SCHEDULER_HORIZON_SECONDS = env.int("SCHEDULER_HORIZON_SECONDS", default=10)
 # How far ahead the scanner looks for a burst it could not materialise within the horizon
 # (dispatch.loops.Scanner); at most this far ahead are runs made early.
 SCHEDULER_LOOKAHEAD_SECONDS = env.int("SCHEDULER_LOOKAHEAD_SECONDS", default=120)
+# The database is deployed with a synchronous standby (docs/failure-model.md): /metrics and the
+# dashboard then call it degraded whenever commits are acknowledged without one.
+SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY = env.bool("SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY", default=False)
 SCHEDULER_OUTBOX_RETENTION_HOURS = env.int("SCHEDULER_OUTBOX_RETENTION_HOURS", default=72)
 SCHEDULER_IDEMPOTENCY_RETENTION_HOURS = env.int("SCHEDULER_IDEMPOTENCY_RETENTION_HOURS", default=24)
 SCHEDULER_API_RATE_LIMIT_PER_MINUTE = env.int("SCHEDULER_API_RATE_LIMIT_PER_MINUTE", default=600)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from scheduler_project.dbreplication import replication_status
 from tests.faults.harness import ROOT, ChaosTarget, Proc, Report, count_outcome, make_schedules, quiet_down
 from tests.faults.pgcluster import AutoFailoverCluster, free_port
 
@@ -55,6 +56,8 @@ class FailoverReport(Report):
     committed_missing: int = 0
     committed_checked: int = 0
     async_at_fault: int = 0  # faults that found the primary in wait_primary (not synchronous)
+    replication_before_fault: list = field(default_factory=list)  # dbreplication.ReplicationStatus
+    replication_after_kill: list = field(default_factory=list)
     exits: int = 0
     web_errors: int = 0
     web_requests: int = 0
@@ -160,7 +163,7 @@ class WebProbe:
     # What an operator would watch: the largest value each reached, and the last one.
     WATCHED = ("scheduler_oldest_overdue_seconds", "scheduler_start_lag_p99_seconds",
                "scheduler_lease_expirations_last_hour", "scheduler_unknown_attempts_last_day",
-               "scheduler_fenced_results_total", "scheduler_workers")
+               "scheduler_fenced_results_total", "scheduler_workers", "scheduler_database_synchronous_standbys")
 
     def _read_metrics(self, text: str) -> None:
         for line in text.splitlines():
@@ -422,6 +425,7 @@ def _fault(cluster: AutoFailoverCluster, fault: str, report: FailoverReport, log
     if waited > 1:
         log(f"fault {n}: waited {waited:.1f}s for synchronous replication")
     checked_at = datetime.now(timezone.utc)
+    report.replication_before_fault.append(retry_db(replication_status))
     old = cluster.primary()
     new = next(node for node in cluster.nodes if node is not old)
     before = snapshot(cluster.node_url(old))
@@ -433,6 +437,9 @@ def _fault(cluster: AutoFailoverCluster, fault: str, report: FailoverReport, log
         cluster.kill(old)
         report.node_kills += 1
         promoted = cluster.wait(lambda: cluster.writable(new), 120, "the standby's promotion")
+        # The old primary is dead: the new one takes writes with no standby, which an operator
+        # must be able to see (/metrics, the dashboard) until the old one rejoins.
+        report.replication_after_kill.append(retry_db(replication_status))
         cluster.restart(old)
     elif fault == "switchover":
         switch = cluster.switchover()

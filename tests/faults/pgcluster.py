@@ -65,7 +65,7 @@ class Node:
 
 
 class AutoFailoverCluster:
-    def __init__(self, *, dbname: str = "scheduler", monitor_settings: dict | None = None):
+    def __init__(self, *, dbname: str = "scheduler", monitor_settings: dict | None = None, standbys: int = 1):
         if shutil.which("pg_autoctl") is None:
             raise RuntimeError("pg_autoctl is missing: apt-get install pg-auto-failover-cli postgresql-15-auto-failover")
         self.bindir = pg_bindir()
@@ -87,14 +87,14 @@ class AutoFailoverCluster:
             "XDG_RUNTIME_DIR": str(self.root / "run"),
         }
         self.monitor = Node("monitor", free_port(), self.root / "monitor")
-        self.nodes = [Node(f"node{i}", free_port(), self.root / f"node{i}") for i in (1, 2)]
+        self.nodes = [Node(f"node{i}", free_port(), self.root / f"node{i}") for i in range(1, standbys + 2)]
 
     # -- processes --------------------------------------------------------------------------
 
     def _popen(self, argv, log: Path) -> subprocess.Popen:
         out = open(log, "ab")
         try:
-            kwargs = {"user": self.uid, "group": self.gid, "extra_groups": []} if self.as_root else {}
+            kwargs = self._as_postgres()
             # A session of its own: killing the group kills the keeper and its PostgreSQL together,
             # as a machine that loses power would.
             return subprocess.Popen(argv, env=self.env, cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
@@ -125,8 +125,8 @@ class AutoFailoverCluster:
             self._run(node, ["create", "postgres", "--pgport", str(node.port), "--name", node.name,
                              "--dbname", self.dbname, "--monitor", self.monitor_uri, *common])
             # The first node must be the primary before the second clones it.
-            want = {"single"} if i == 0 else None
-            self._wait(lambda: self.settled(want), timeout, f"{node.name} to join")
+            want = ["single"] if i == 0 else None
+            self._wait(lambda: self.settled(want, nodes=i + 1), timeout, f"{node.name} to join")
             if i == 0:
                 # pg_basebackup asks for a spread checkpoint, paced over most of
                 # checkpoint_timeout, and CREATE DATABASE has just dirtied thousands of buffers.
@@ -181,6 +181,16 @@ class AutoFailoverCluster:
         standby (pg_rewind) if the other node was promoted meanwhile."""
         self._run(node, None)
 
+    def number_sync_standbys(self) -> int:
+        """How many standbys a commit waits for: the formation's setting, which pg_auto_failover
+        raises to one by itself once a second standby joins."""
+        with self.monitor_connection() as c:
+            return c.execute("SELECT number_sync_standbys FROM pgautofailover.formation"
+                             " WHERE formationid = 'default'").fetchone()[0]
+
+    def _as_postgres(self) -> dict:
+        return {"user": self.uid, "group": self.gid, "extra_groups": []} if self.as_root else {}
+
     def switchover(self) -> subprocess.Popen:
         """Start a planned switchover (it returns when the formation is settled again)."""
         return self._popen(["pg_autoctl", "perform", "switchover", "--pgdata", str(self.monitor.pgdata),
@@ -219,9 +229,10 @@ class AutoFailoverCluster:
             rows = c.execute("SELECT nodename, reportedstate, goalstate FROM pgautofailover.node").fetchall()
         return {name: (str(reported), str(goal)) for name, reported, goal in rows}
 
-    def settled(self, want: set | None = None) -> bool:
-        """Every node where the monitor wants it: one primary with a synchronous secondary
-        (`want` overrides the expected states, e.g. {"single"} for a lone first node)."""
+    def settled(self, want: list | None = None, nodes: int | None = None) -> bool:
+        """Every node where the monitor wants it: one primary, the other nodes (all of them unless
+        `nodes` says how many are registered yet) its secondaries (`want` overrides the expected
+        states, e.g. ["single"] for a lone first node)."""
         try:
             states = self.states()
         except Exception:
@@ -229,7 +240,8 @@ class AutoFailoverCluster:
         reported = {r for r, g in states.values() if r == g}
         if len(reported) != len(set(states.values())) or any(r != g for r, g in states.values()):
             return False
-        return sorted(r for r, _ in states.values()) == sorted(want or {"primary", "secondary"})
+        count = len(self.nodes) if nodes is None else nodes
+        return sorted(r for r, _ in states.values()) == sorted(want or ["primary", *["secondary"] * (count - 1)])
 
     def synchronous(self) -> bool:
         """Settled, and the primary's commits wait for the standby: PostgreSQL lists a standby in

@@ -6,6 +6,7 @@ Uses its own formation (three PostgreSQL instances on free ports, under a tempor
 the suite's database."""
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -31,6 +32,12 @@ def test_a_failover_loses_nothing_and_the_scheduler_goes_on_by_itself(django_db_
         for d in report.details:
             print("  " + d)
     assert report.failovers == 2 and report.node_kills == 1
+    # Every fault found commits waiting for the standby (the promise's precondition), and with the
+    # old primary dead the new one said it had none.
+    assert [r.synchronous >= 1 and not r.degraded for r in report.replication_before_fault] == [True, True]
+    assert [(r.standbys, r.synchronous) for r in report.replication_after_kill] == [(0, 0)]
+    assert all(replace(r, expected=True).degraded for r in report.replication_after_kill)
+    assert report.async_at_fault == 0, report.details
     assert all(n > 0 for n in report.in_flight_at_fault), "a fault must find runs in flight"
     assert report.committed_checked > 0
     assert report.committed_missing == 0, report.details

@@ -9,6 +9,7 @@ from dispatch.activity import counted_up_to
 from dispatch.activity_figures import attempt_figures, failing_targets
 from runs import retention, stats
 from runs.models import RetentionPolicy
+from scheduler_project.dbreplication import replication_status
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
 from scheduler_project.web.portal import charts
 from scheduler_project.web.portal.display import TimePrefs
@@ -88,4 +89,7 @@ def dashboard(request):
         ctx["oob"] = True
         return render(request, "runs/dashboard.html#update", ctx)
     ctx["retention"] = _retention(tenant_ids, ctx["is_operator"])
+    if ctx["is_operator"]:
+        # On page load only: whether a failover now could lose the last commits.
+        ctx["replication"] = replication_status()
     return render(request, "runs/dashboard.html", ctx)
