@@ -30,7 +30,7 @@ from dispatch.metrics import BATCH_BUCKETS
 from dispatch.models import WorkerStat
 from dispatch.wakeup import RUNS_CHANNEL, Listener
 from scheduler_project.dbclock import db_now
-from runs import queue
+from runs import queue, tracecontext
 from runs.queue import Claimed, Result
 from schedules.models import Tenant
 
@@ -116,6 +116,9 @@ def call_headers(c: Claimed, target: Target, secret: str) -> dict:
         "X-Scheduler-Schedule-Id": c.schedule_text,
         "X-Scheduler-Schedule-Version": str(c.schedule_version),
         signing.HEADER: target.signature(secret),
+        # W3C trace context: the run's trace, this attempt's span (a schedule's own `tracestate`
+        # header, if it has one, goes out with it from target.headers).
+        tracecontext.HEADER: tracecontext.traceparent(run_id, c.attempt_id),
     }
 
 
