@@ -215,6 +215,8 @@ def test_an_existing_schedule_is_adopted_only_when_an_item_names_its_id(api, ten
     again = api.post(URL, {"schedules": [item(target, 1, name="legacy"),
                                          item(target, 2, name="adopted", adopt=str(old2.id))]}, format="json").json()
     assert not again["changed"]
+    assert api.get(f"/api/v1/schedules/{old2.id}").json()["managedName"] == "adopted"
+    assert api.get(f"/api/v1/schedules/{old.id}").json()["managedName"] is None
     taken = api.post(URL, {"schedules": [item(target, 3, name="again", adopt=str(old2.id))]}, format="json")
     assert taken.status_code == 400
     assert taken.json()["errors"]["schedules[0].adopt"] == [
