@@ -30,6 +30,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
+from dispatch import tracing
 from runs import queue
 from schedules import idempotency
 
@@ -160,7 +161,9 @@ def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> tuple
     """scan_step's answer and the number of runs the transaction made."""
     batch = batch or settings.SCHEDULER_SCAN_BATCH
     horizon = timedelta(seconds=settings.SCHEDULER_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds)
-    result = queue.materialise_due(batch=batch, shards=shards, shard=shard, horizon=horizon)
+    with tracing.span("materialise", batch=batch, shard=-1 if shard is None else shard) as traced:
+        result = queue.materialise_due(batch=batch, shards=shards, shard=shard, horizon=horizon)
+        traced["runs"], traced["schedules"] = result.runs + result.skipped, result.schedules
     for sid, err in result.errors:
         log.error("schedule %s could not be scanned: %s", sid, err)
     return result.locked >= batch and result.schedules > 0, result.runs + result.skipped

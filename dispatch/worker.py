@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from dispatch import signing
+from dispatch import signing, tracing
 from dispatch.safehttp import SafeClient, client_from_settings
 from dispatch.loops import failure_backoff
 from dispatch.metrics import BATCH_BUCKETS
 from dispatch.models import WorkerStat
 from dispatch.wakeup import RUNS_CHANNEL, Listener
 from scheduler_project.dbclock import db_now
-from runs import queue
+from runs import queue, tracecontext
 from runs.queue import Claimed, Result
 from schedules.models import Tenant
 
@@ -116,6 +116,9 @@ def call_headers(c: Claimed, target: Target, secret: str) -> dict:
         "X-Scheduler-Schedule-Id": c.schedule_text,
         "X-Scheduler-Schedule-Version": str(c.schedule_version),
         signing.HEADER: target.signature(secret),
+        # W3C trace context: the run's trace, this attempt's span (a schedule's own `tracestate`
+        # header, if it has one, goes out with it from target.headers).
+        tracecontext.HEADER: tracecontext.traceparent(run_id, c.attempt_id),
     }
 
 
@@ -180,10 +183,19 @@ class Worker:
             lane.shutdown(wait=True)
 
     def _claim(self, n: int) -> list[Claimed]:
-        claims = queue.claim(self.worker_id, n, lease_seconds=self.lease_seconds)
+        with tracing.span("claim", worker=self.worker_id, asked=n) as traced:
+            claims = queue.claim(self.worker_id, n, lease_seconds=self.lease_seconds)
+            traced["runs"] = len(claims)
         if claims:
             self.targets.load(claims)
         return claims
+
+    @staticmethod
+    def _complete(batch: list) -> tuple[int, int]:
+        with tracing.span("complete", results=len(batch)) as traced:
+            applied, fenced = queue.complete(batch)
+            traced["applied"], traced["fenced"] = applied, fenced
+        return applied, fenced
 
     # -- one call ------------------------------------------------------------------------
 
@@ -192,6 +204,8 @@ class Worker:
         target = self.targets.target(c)
         auth = self.targets.tenants[c.tenant_id][1]
         self.calling.add(key)
+        traced = tracing.enabled()
+        start_ns = time.time_ns() if traced else 0
         res = await self.client.request(
             target.method,
             target.url,
@@ -206,6 +220,10 @@ class Worker:
             # acted, so the outcome is unknown (retried like a failure, shown as unknown). A
             # refused connection or a name that did not resolve never reached it.
             outcome = "unknown"
+        if traced:
+            tracing.call(c.run_text, c.attempt_id, start_ns=start_ns, end_ns=time.time_ns(), method=target.method,
+                         url=target.url, outcome=outcome, http_status=res.status, generation=c.generation,
+                         error_class=res.error_class or "")
         self.results.append(
             Result(
                 claimed=c,
@@ -246,7 +264,7 @@ class Worker:
             return
         batch, self.results = self.results, []
         try:
-            applied, fenced = await self.db(queue.complete, batch)
+            applied, fenced = await self.db(self._complete, batch)
         except Exception:
             log.exception("could not record %d results; retrying", len(batch))
             self.results[:0] = batch  # keep them: the lease still protects the runs meanwhile

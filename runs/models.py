@@ -26,6 +26,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from schedules.models import Schedule, ScheduleVersion, Tenant
+from runs import tracecontext
 
 
 class RunState(models.TextChoices):
@@ -248,6 +249,20 @@ class Attempt(models.Model):
     # A result that arrived after the attempt was fenced (lease lost, run canceled): kept as
     # evidence, never applied to the run.
     late_result = models.JSONField(null=True, blank=True)
+
+    # The W3C trace context the attempt's call carried (runs.tracecontext): derived from the run's
+    # id and this attempt's, so the worker, the API and the portal show the same ids.
+    @property
+    def trace_id(self) -> str:
+        return tracecontext.trace_id(self.run_id)
+
+    @property
+    def span_id(self) -> str:
+        return tracecontext.span_id(self.id)
+
+    @property
+    def traceparent(self) -> str:
+        return tracecontext.traceparent(self.run_id, self.id)
 
     class Meta:
         ordering = ["run", "generation"]

@@ -54,12 +54,7 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
     """The unsaved schedule and its version 1 for validated `fields`. The schedule's id is made here,
     so the version can point at it before either row exists (both foreign keys are checked at
     commit): the schedule is then inserted once, with its current version already set."""
-    next_at = first_run_at(rule, fields, after=now)
-    if next_at is None:
-        if rule.kind == "at":
-            # A one-time at() in the past: nothing will ever fire; say so instead of storing a dead rule.
-            raise ValidationFailed({"expression": ["this at() time is already past"]})
-        raise ValidationFailed({"expression": ["this rule never fires within startAt/endAt"]})
+    next_at = check_fires(rule, fields, now=now)
     sid = uuid.uuid4()
     version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={}, **fields)
     schedule = Schedule(id=sid, tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now),
@@ -68,6 +63,17 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
     schedule.next_run_at = next_at if enabled else None
     schedule.paused_at = None if enabled else now
     return schedule, version
+
+
+def check_fires(rule, fields: dict, *, now: datetime):
+    """A new schedule's first due instant; refused when there is none."""
+    next_at = first_run_at(rule, fields, after=now)
+    if next_at is None:
+        if rule.kind == "at":
+            # A one-time at() in the past: nothing will ever fire; say so instead of storing a dead rule.
+            raise ValidationFailed({"expression": ["this at() time is already past"]})
+        raise ValidationFailed({"expression": ["this rule never fires within startAt/endAt"]})
+    return next_at
 
 
 def _created_entry(schedule: Schedule, fields: dict, *, tenant: Tenant, by: Actor) -> AuditEntry:
@@ -108,7 +114,7 @@ MAX_BATCH = 1000
 def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -> list:
     """Create many schedules at once (at most MAX_BATCH), each validated exactly as create_schedule
     validates one, in one transaction. `items` are the service's field dicts (as create_schedule's
-    `given`), each with an optional "enabled" (default True). Returns, per item in order, the
+    `given`), each with an optional "enabled" (default True) and "managed_name". Returns, per item in order, the
     stored Schedule or the ServiceError that refused it (ValidationFailed, PayloadTooLarge);
     refusing one item does not refuse the others.
 
@@ -128,10 +134,13 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
     for index, given in enumerate(items):
         given = dict(given)
         enabled = given.pop("enabled", True)
+        managed_name = given.pop("managed_name", None)  # a schedule set's (runs.schedule_apply)
         fields = {**VERSIONED_DEFAULTS, **given}
         try:
             rule = validate_fields(tenant, fields, now=now, quotas=False)
-            results.append((fields, _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)))
+            made = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)
+            made[0].managed_name = managed_name
+            results.append((fields, made))
             valid.append((index, fields))
         except ServiceError as exc:
             results.append(exc)

@@ -272,6 +272,9 @@ SCHEDULER_TRUSTED_PROXIES = env.list("SCHEDULER_TRUSTED_PROXIES", default=[])
 SCHEDULER_MAX_REQUEST_BYTES = env.int("SCHEDULER_MAX_REQUEST_BYTES", default=2 * SCHEDULER_MAX_PAYLOAD_BYTES + 65536)
 # POST /api/v1/schedules/batch: up to 1,000 schedules of a few KiB each.
 SCHEDULER_MAX_BATCH_REQUEST_BYTES = env.int("SCHEDULER_MAX_BATCH_REQUEST_BYTES", default=4 * 1024 * 1024)
+# A schedule set (POST /api/v1/schedules/apply, manage.py apply_schedules): at most this many
+# schedules; the API's body takes the batch create's limit above.
+SCHEDULER_MAX_APPLY_SCHEDULES = env.int("SCHEDULER_MAX_APPLY_SCHEDULES", default=10000)
 # Django reads a body whole up to this before a view sees it: never below the API's own limits,
 # which scheduler_project.web.bodylimit checks first (the portal's forms are far smaller).
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, SCHEDULER_MAX_REQUEST_BYTES, SCHEDULER_MAX_BATCH_REQUEST_BYTES)

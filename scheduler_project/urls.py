@@ -11,6 +11,7 @@ from scheduler_project.web.api import schedules as schedules_api
 api_v1 = [
     path("schedules", schedules_api.ScheduleListView.as_view(), name="api-schedules"),
     path("schedules/batch", __import__("scheduler_project.web.api.batch", fromlist=["x"]).ScheduleBatchView.as_view(), name="api-schedules-batch"),
+    path("schedules/apply", __import__("scheduler_project.web.api.apply", fromlist=["x"]).ScheduleApplyView.as_view(), name="api-schedules-apply"),
     path("schedules/<uuid:pk>", schedules_api.ScheduleDetailView.as_view(), name="api-schedules-detail"),
     path("schedules/<uuid:pk>/trigger", schedules_api.ScheduleTriggerView.as_view(), name="api-schedules-trigger"),
     path("schedules/<uuid:pk>/backfill", schedules_api.ScheduleBackfillView.as_view(), name="api-schedules-backfill"),

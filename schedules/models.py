@@ -163,6 +163,9 @@ class Schedule(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="schedules")
     name = models.CharField(max_length=200, blank=True, default="")
+    # The stable name a schedule set (POST /api/v1/schedules/apply, `manage.py apply_schedules`)
+    # knows it by; None: not managed by a set, which then never touches it (runs.schedule_apply).
+    managed_name = models.CharField(max_length=200, null=True, blank=True, default=None)
     version = models.PositiveIntegerField(default=1)
     current = models.ForeignKey(
         "ScheduleVersion", on_delete=models.PROTECT, related_name="+", null=True, blank=True
@@ -202,6 +205,14 @@ class Schedule(models.Model):
             models.CheckConstraint(
                 condition=~Q(status="archived") | Q(archived_at__isnull=False),
                 name="schedule_archived_has_time",
+            ),
+            # One live schedule per managed name in a tenant: two applies racing cannot both create
+            # it. Archived ones keep their name for the history, and a set that names it again
+            # makes a new one. Also the index apply reads a tenant's managed schedules by.
+            models.UniqueConstraint(
+                fields=["tenant", "managed_name"],
+                condition=Q(managed_name__isnull=False) & ~Q(status="archived"),
+                name="schedule_managed_name_unique_per_tenant",
             ),
         ]
 

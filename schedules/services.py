@@ -208,7 +208,8 @@ def quota_locks(tenant: Tenant, sub_minutes: list[bool]) -> bool:
     return _near(limits, adding, counts)
 
 
-def quota_refusals(tenant: Tenant, sub_minutes: list[bool]) -> dict[int, ValidationFailed]:
+def quota_refusals(tenant: Tenant, sub_minutes: list[bool], *, freed: tuple[int, int] = (0, 0)
+                   ) -> dict[int, ValidationFailed]:
     """New schedules, given in order by whether each is sub-minute, against the tenant's quotas:
     the ones that do not fit, {index: error}. Both quotas count the tenant's schedules that are not
     archived (archiving frees a place), read from the counts the database keeps (TenantScheduleCount)
@@ -218,6 +219,8 @@ def quota_refusals(tenant: Tenant, sub_minutes: list[bool]) -> dict[int, Validat
     limits, adding = _limits_and_adding(tenant, sub_minutes)
     limit, sub_limit = limits
     used, used_sub = _quota_counts(tenant, limits, adding)
+    # Places the same change frees first (a schedule set's archives, runs.schedule_apply).
+    used, used_sub = used - freed[0], used_sub - freed[1]
     refused = {}
     for index, sub_minute in enumerate(sub_minutes):
         if limit and used >= limit:

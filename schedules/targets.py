@@ -186,7 +186,9 @@ _PROXY_PREFIX = "proxy-"
 
 # What the scheduler sets on every call (docs/api.md, "On the target side"): a schedule may not
 # override them, or a target could no longer trust the run id, fencing token or signature.
-SCHEDULER_HEADERS = frozenset({"content-type", "idempotency-key"})
+# traceparent too: it carries the run's trace and the attempt's span (runs.tracecontext); a
+# schedule's `tracestate` is sent with it as given.
+SCHEDULER_HEADERS = frozenset({"content-type", "idempotency-key", "traceparent"})
 SCHEDULER_PREFIX = "x-scheduler-"
 
 # Value characters that end or split a header line somewhere: C0 controls but HTAB, DEL, the

@@ -30,6 +30,8 @@ SYSTEM_NEEDS = [
     ("/usr/sbin/ip", "iproute2"),
     ("/usr/sbin/tc", "iproute2"),
     ("/usr/sbin/iptables", "iptables"),
+    # promtool checks the alert rules in deploy/prometheus/ (tests/dispatch/test_dashboards_and_alerts.py).
+    ("/usr/bin/promtool", "prometheus"),
 ]
 
 

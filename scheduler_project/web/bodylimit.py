@@ -30,8 +30,10 @@ def max_request_bytes() -> int:
     return 2 * settings.SCHEDULER_MAX_PAYLOAD_BYTES + 65536
 
 
-# The batch create carries up to a thousand schedules in one body: its own, larger limit.
+# The batch create carries up to a thousand schedules in one body: its own, larger limit, which a
+# schedule set's apply shares.
 BATCH_PATH = "/api/v1/schedules/batch"
+APPLY_PATH = "/api/v1/schedules/apply"
 
 
 def max_batch_request_bytes() -> int:
@@ -42,7 +44,7 @@ def max_batch_request_bytes() -> int:
 
 def limit_for(path: str) -> int:
     """The raw body limit of a request to `path` (the middleware here and the API's JSON parser)."""
-    if path.rstrip("/") == BATCH_PATH:
+    if path.rstrip("/") in (BATCH_PATH, APPLY_PATH):
         return max_batch_request_bytes()
     return max_request_bytes() if path.startswith("/api/") else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.django_db
 
 CONTRACT = {
     ("/api/v1/schedules", "get"), ("/api/v1/schedules", "post"), ("/api/v1/schedules/batch", "post"),
+    ("/api/v1/schedules/apply", "post"),
     ("/api/v1/schedules/{id}", "get"), ("/api/v1/schedules/{id}", "patch"), ("/api/v1/schedules/{id}", "delete"),
     ("/api/v1/schedules/{id}/trigger", "post"), ("/api/v1/schedules/{id}/backfill", "post"),
     ("/api/v1/schedules/{id}/occurrences", "get"), ("/api/v1/expressions/preview", "post"),

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 CONNECTION_HEADERS = ["Transfer-Encoding", "Connection", "Keep-Alive", "TE", "Trailer", "Upgrade", "Content-Length",
                       "Host", "Expect", "Proxy-Authorization", "proxy-connection", "HTTP2-Settings"]
-SCHEDULER_HEADERS = ["Content-Type", "idempotency-key", "X-Scheduler-Run-Id", "x-scheduler-signature",
+SCHEDULER_HEADERS = ["Content-Type", "idempotency-key", "Traceparent", "X-Scheduler-Run-Id", "x-scheduler-signature",
                      "X-Scheduler-Anything"]
 
 

@@ -21,6 +21,9 @@ class AttemptOut(serializers.Serializer):
     latencyMs = serializers.IntegerField(source="latency_ms", allow_null=True)
     canceledInFlight = serializers.BooleanField(source="canceled_in_flight")
     lateResult = serializers.JSONField(source="late_result", allow_null=True)
+    traceparent = serializers.CharField(help_text="the W3C traceparent header this attempt's call carried")
+    traceId = serializers.CharField(source="trace_id", help_text="the run's trace: the same on every attempt")
+    spanId = serializers.CharField(source="span_id", help_text="this attempt's span: new on every attempt")
 
 
 @extend_schema_serializer(component_name="Run")

@@ -292,6 +292,9 @@ class ScheduleOut(serializers.Serializer):
     pausedAt = serializers.DateTimeField(source="paused_at", allow_null=True)
     archivedAt = serializers.DateTimeField(source="archived_at", allow_null=True)
     lastError = serializers.CharField(source="last_error", allow_blank=True)
+    managedName = serializers.CharField(source="managed_name", allow_null=True,
+                                        help_text="the name a schedule set manages it by (POST /schedules/apply); "
+                                                  "null when no set manages it")
 
 
 _schedule_json = compiled(ScheduleOut())
