@@ -273,6 +273,10 @@ SCHEDULER_MAX_BATCH_REQUEST_BYTES = env.int("SCHEDULER_MAX_BATCH_REQUEST_BYTES",
 # which scheduler_project.web.bodylimit checks first (the portal's forms are far smaller).
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, SCHEDULER_MAX_REQUEST_BYTES, SCHEDULER_MAX_BATCH_REQUEST_BYTES)
 SCHEDULER_OUTBOX_ALERT_SECONDS = env.int("SCHEDULER_OUTBOX_ALERT_SECONDS", default=300)
+# Target calls' X-Scheduler-Signature carries v2 (bound to the run, key, generation, method and
+# URL) and, while this is on, the older v1 (body and time only, replayable under other headers)
+# for targets not yet moved to v2. Turn it off once every target checks v2 (docs/api.md).
+SCHEDULER_SIGNATURE_V1 = env.bool("SCHEDULER_SIGNATURE_V1", default=True)
 SCHEDULER_RELAY_BATCH = env.int("SCHEDULER_RELAY_BATCH", default=100)
 SCHEDULER_RELAY_TIMEOUT_SECONDS = env.float("SCHEDULER_RELAY_TIMEOUT_SECONDS", default=10.0)
 SCHEDULER_RELAY_VISIBILITY_SECONDS = env.float("SCHEDULER_RELAY_VISIBILITY_SECONDS", default=120.0)
