@@ -1,0 +1,39 @@
+"""Issue 26, finding 5: the read-only operator role could read every tenant's signing secret (the
+portal's tenant page and the admin) and so sign calls any tenant's targets accept, while header
+values were hidden from it. Secrets are for the Operator role and a tenant's own admins only."""
+
+import pytest
+from django.urls import reverse
+
+from scheduler_project.web.access import can
+from tests.helpers import make_schedule
+
+from .conftest import login
+
+pytestmark = pytest.mark.django_db
+
+
+def _pages(tenant, version_id):
+    return [reverse("schedules-tenant-detail", args=[tenant.id]),
+            reverse("admin:schedules_tenant_change", args=[tenant.id]),
+            reverse("admin:schedules_scheduleversion_change", args=[version_id])]
+
+
+def test_read_only_operator_cannot_read_signing_secrets(read_only_operator, read_only_operator_user, operator,
+                                                        acme, tenant, other_tenant, target):
+    version = make_schedule(tenant, target.url + "/hook", target_headers={"Authorization": "Bearer tok-s3cr3t"}).current
+    assert not can(read_only_operator_user, "view_secret", tenant.id)
+    for url in _pages(tenant, version.id):
+        page = read_only_operator.get(url)
+        assert page.status_code == 200, url
+        assert tenant.signing_secret not in page.content.decode(), url
+        assert "tok-s3cr3t" not in page.content.decode(), url
+    page = read_only_operator.get(reverse("admin:schedules_tenant_change", args=[other_tenant.id])).content.decode()
+    assert other_tenant.signing_secret not in page and "hidden" in page
+    # Those who may see it still do: the Operator role (portal and admin) and the tenant's admin.
+    for url in _pages(tenant, version.id):
+        assert operator.get(url).status_code == 200
+    assert tenant.signing_secret in operator.get(_pages(tenant, version.id)[0]).content.decode()
+    assert tenant.signing_secret in operator.get(_pages(tenant, version.id)[1]).content.decode()
+    assert "tok-s3cr3t" in operator.get(_pages(tenant, version.id)[2]).content.decode()
+    assert tenant.signing_secret in acme.get(_pages(tenant, version.id)[0]).content.decode()
