@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
+from scheduler_project.usernames import normalized_username
 from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
                               new_signing_secret)
 from schedules.services import SYSTEM, Actor, audit
@@ -251,7 +252,8 @@ def add_member(tenant: Tenant, username: str, *, role: str, by: Actor) -> Tenant
     from django.contrib.auth import get_user_model
 
     role = _clean_role(role)
-    username = _clean_text(username, field="Username", max_length=150)
+    # Folded as the sign-in form folds it, so the name found is the account that signs in with it.
+    username = normalized_username(_clean_text(username, field="Username", max_length=150))
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         raise ValidationFailed({"Username": [f"there is no active account {username[:150]!r}"]})

@@ -6,7 +6,9 @@ alone (several times higher, against one address trying many usernames). Past th
 the window, that pair (or address) is locked out for a while: its sign-in POSTs are answered 429
 with a message saying when to try again, and the password is not even checked, so guessing on
 during the lockout learns nothing. A successful sign-in clears its pair's count, not its
-address's (one valid account must not reset an address that is guessing others).
+address's (one valid account must not reset an address that is guessing others). Usernames are
+counted in their folded form (scheduler_project.usernames), so a look-alike spelling that signs
+in to the same account is locked with it.
 
 A small middleware rather than django-axes: two counters and a message are all this needs, and
 axes brings its own models, backend, middleware, signals and settings to configure and upgrade.
@@ -26,6 +28,7 @@ from django.shortcuts import render
 
 from scheduler_project.dbclock import db_now
 from scheduler_project.web.clientaddr import client_address
+from scheduler_project.usernames import canonical_username
 from schedules.models import LoginThrottle
 
 LOGIN_PATHS = frozenset({"/accounts/login/", "/admin/login/"})
@@ -41,7 +44,9 @@ def _digest(kind: str, value: str) -> str:
 def _keys(username: str, address: str) -> list[tuple[str, int]]:
     limit = settings.SCHEDULER_LOGIN_MAX_FAILURES
     return [
-        (_digest("user", f"{username.strip().lower()}\x00{address}"), limit),
+        # Folded as the sign-in form folds it (NFKC) and case-free: `ｖｉｃｔｉｍ` and `Victim` are
+        # counted, and locked, with `victim`.
+        (_digest("user", f"{canonical_username(username)}\x00{address}"), limit),
         (_digest("addr", address), limit * ADDRESS_FACTOR),
     ]
 
