@@ -37,7 +37,7 @@ ADDRESS_FACTOR = 4
 PRUNE_BATCH = 100
 
 
-def _digest(kind: str, value: str) -> str:
+def digest(kind: str, value: str) -> str:
     return hashlib.sha256(f"{kind}\x00{value}".encode("utf-8", "replace")).hexdigest()
 
 
@@ -46,25 +46,31 @@ def _keys(username: str, address: str) -> list[tuple[str, int]]:
     return [
         # Folded as the sign-in form folds it (NFKC) and case-free: `ｖｉｃｔｉｍ` and `Victim` are
         # counted, and locked, with `victim`.
-        (_digest("user", f"{canonical_username(username)}\x00{address}"), limit),
-        (_digest("addr", address), limit * ADDRESS_FACTOR),
+        (digest("user", f"{canonical_username(username)}\x00{address}"), limit),
+        (digest("addr", address), limit * ADDRESS_FACTOR),
     ]
 
 
-def locked_for(username: str, address: str, *, now=None) -> float:
-    """Seconds until this username may try again from this address (0: it may now)."""
+def locked_until(keys: list[str], *, now=None) -> float:
+    """Seconds until none of these counters is locked any more (0: none is)."""
     now = now or db_now()
-    keys = [k for k, _ in _keys(username, address)]
     until = (LoginThrottle.objects.filter(key__in=keys, locked_until__gt=now)
              .order_by("-locked_until").values_list("locked_until", flat=True).first())
     return (until - now).total_seconds() if until else 0.0
 
 
-def record_failure(username: str, address: str) -> None:
+def locked_for(username: str, address: str, *, now=None) -> float:
+    """Seconds until this username may try again from this address (0: it may now)."""
+    return locked_until([k for k, _ in _keys(username, address)], now=now)
+
+
+def count(keys: list[tuple[str, int]], *, window_seconds: int, lockout_seconds: int) -> None:
+    """One more event on each (key, limit) counter; one that reaches its limit within the window
+    is locked for the lockout. Also used by the password-reset form (scheduler_project.web.passwordreset)."""
     now = db_now()
-    window = timedelta(seconds=settings.SCHEDULER_LOGIN_WINDOW_SECONDS)
-    lockout = timedelta(seconds=settings.SCHEDULER_LOGIN_LOCKOUT_SECONDS)
-    for key, limit in _keys(username, address):
+    window = timedelta(seconds=window_seconds)
+    lockout = timedelta(seconds=lockout_seconds)
+    for key, limit in keys:
         for _ in range(2):  # a concurrent first failure may insert the row between our read and insert
             try:
                 with transaction.atomic():
@@ -86,6 +92,11 @@ def record_failure(username: str, address: str) -> None:
     stale = list(LoginThrottle.objects.filter(expires_at__lt=now).values_list("id", flat=True)[:PRUNE_BATCH])
     if stale:
         LoginThrottle.objects.filter(Q(id__in=stale) & Q(expires_at__lt=now)).delete()
+
+
+def record_failure(username: str, address: str) -> None:
+    count(_keys(username, address), window_seconds=settings.SCHEDULER_LOGIN_WINDOW_SECONDS,
+          lockout_seconds=settings.SCHEDULER_LOGIN_LOCKOUT_SECONDS)
 
 
 def record_success(username: str, address: str) -> None:
