@@ -37,3 +37,19 @@ def test_read_only_operator_cannot_read_signing_secrets(read_only_operator, read
     assert tenant.signing_secret in operator.get(_pages(tenant, version.id)[1]).content.decode()
     assert "tok-s3cr3t" in operator.get(_pages(tenant, version.id)[2]).content.decode()
     assert tenant.signing_secret in acme.get(_pages(tenant, version.id)[0]).content.decode()
+
+
+def test_read_only_operator_cannot_read_header_secrets_in_the_audit_log(read_only_operator, operator, tenant,
+                                                                        target):
+    """The schedule's create entry holds its header values: masked on the audit pages too."""
+    schedule = make_schedule(tenant, target.url + "/hook", target_headers={"Authorization": "Bearer tok-s3cr3t",
+                                                                           "X-Team": "bi"})
+    from schedules.models import AuditEntry
+
+    entry = AuditEntry.objects.get(action="schedule.create", object_id=str(schedule.id))
+    for url in (reverse("schedules-audit"), reverse("admin:schedules_auditentry_change", args=[entry.id])):
+        page = read_only_operator.get(url)
+        assert page.status_code == 200, url
+        html = page.content.decode()
+        assert "tok-s3cr3t" not in html and "Authorization" in html and "bi" in html, url
+        assert "tok-s3cr3t" in operator.get(url).content.decode(), url

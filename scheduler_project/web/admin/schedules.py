@@ -3,12 +3,14 @@
 its capability (scheduler_project.web.access). Nothing is deleted here: keys are revoked and
 schedules archived, so their history stays."""
 
+import json
+
 from django.contrib import admin, messages
 
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.access import has_operator_permission
-from scheduler_project.web.portal.display import headers_shown
+from scheduler_project.web.portal.display import headers_shown, masked_change
 from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
 from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleVersion, TargetPrefix, Tenant, TenantMembership
 
@@ -175,6 +177,25 @@ class AuditEntryAdmin(OperatorAdmin):
     search_fields = ("object_id", "actor")
     readonly_fields = [f.name for f in AuditEntry._meta.fields]
     show_full_result_count = False
+
+    def get_readonly_fields(self, request, obj=None):
+        # A schedule's create and edit entries hold its header values: masked for whoever may not
+        # edit schedules, as on the version pages.
+        if has_operator_permission(request.user, "operate_schedules"):
+            return self.readonly_fields
+        masked = {"before": "before_masked", "after": "after_masked"}
+        return [masked.get(f, f) for f in self.readonly_fields]
+
+    def get_exclude(self, request, obj=None):
+        return None if has_operator_permission(request.user, "operate_schedules") else ("before", "after")
+
+    @admin.display(description="before")
+    def before_masked(self, obj):
+        return json.dumps(masked_change(obj.before, False), ensure_ascii=False)
+
+    @admin.display(description="after")
+    def after_masked(self, obj):
+        return json.dumps(masked_change(obj.after, False), ensure_ascii=False)
 
     def has_add_permission(self, request):
         return False
