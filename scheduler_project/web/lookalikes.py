@@ -23,9 +23,11 @@ def look_alike_error(name: str, *, pk=None) -> str | None:
     return f"the user name {name!r} reads as the existing account {clash!r}: choose another"
 
 
-def _refuse_look_alikes(sender, instance, raw=False, **kwargs):
+def _refuse_look_alikes(sender, instance, raw=False, update_fields=None, **kwargs):
     if raw:  # loading fixtures
         return
+    if update_fields is not None and instance.USERNAME_FIELD not in update_fields:
+        return  # e.g. a sign-in's last_login: the name is not being written
     name = instance.get_username()
     if instance.pk is not None:
         # Only a new name is checked: an account saved again (last_login, a password) keeps its own.
