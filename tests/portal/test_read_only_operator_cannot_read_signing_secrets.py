@@ -53,3 +53,20 @@ def test_read_only_operator_cannot_read_header_secrets_in_the_audit_log(read_onl
         html = page.content.decode()
         assert "tok-s3cr3t" not in html and "Authorization" in html and "bi" in html, url
         assert "tok-s3cr3t" in operator.get(url).content.decode(), url
+
+
+def test_read_only_operator_cannot_read_signing_secrets_from_the_rotation_audit(read_only_operator, tenant):
+    """The rotation's audit entry named the old and new secrets' first characters: now fingerprints."""
+    from schedules.models import AuditEntry
+    from schedules.tenants import rotate_signing_secret
+    from tests.helpers import ACTOR
+
+    old = tenant.signing_secret
+    new = rotate_signing_secret(tenant, by=ACTOR).signing_secret
+    entry = AuditEntry.objects.get(action="tenant.rotate_secret", object_id=str(tenant.id))
+    stored = str(entry.before) + str(entry.after)
+    html = read_only_operator.get(reverse("schedules-audit")).content.decode()
+    for secret in (old, new):
+        # What was stored before: "whsec_" and the secret's next four characters.
+        assert secret[:10] not in stored and secret[:10] not in html
+    assert entry.before["secretFingerprint"] != entry.after["secretFingerprint"]
