@@ -40,21 +40,12 @@ log = logging.getLogger("scheduler.worker")
 class Target:
     """A version's call, prepared once: versions are immutable, so this is cached for good."""
 
-    __slots__ = ("url", "method", "headers", "body", "timeout", "_signed")
+    __slots__ = ("url", "method", "headers", "body", "timeout", "digest")
 
     def __init__(self, url: str, method: str, headers: dict, body: bytes, timeout: float):
         self.url, self.method, self.headers, self.body, self.timeout = url, method, headers, body, timeout
-        self._signed = (0, "", "")
-
-    def signature(self, secret: str) -> str:
-        """The body's signature header value; it changes with the second (its timestamp), so
-        the calls of one version within a second share it."""
-        t = int(time.time())
-        signed_at, signed_with, value = self._signed
-        if signed_at != t or signed_with != secret:
-            value = signing.sign(secret, self.body, t)
-            self._signed = (t, secret, value)
-        return value
+        # The body's SHA-256, which every call's v2 signature covers (dispatch/signing.py).
+        self.digest = signing.body_digest(body)
 
 
 @dataclass(frozen=True)
@@ -104,7 +95,7 @@ class TargetCache:
 
 def call_headers(c: Claimed, target: Target, secret: str) -> dict:
     run_id = c.run_text
-    return {
+    headers = {
         **target.headers,
         "Content-Type": "application/json",
         # The run id, identical on every attempt: a retry must not look like a new effect.
@@ -115,11 +106,16 @@ def call_headers(c: Claimed, target: Target, secret: str) -> dict:
         "X-Scheduler-Scheduled-Time": c.scheduled_text,
         "X-Scheduler-Schedule-Id": c.schedule_text,
         "X-Scheduler-Schedule-Version": str(c.schedule_version),
-        signing.HEADER: target.signature(secret),
         # W3C trace context: the run's trace, this attempt's span (a schedule's own `tracestate`
         # header, if it has one, goes out with it from target.headers).
         tracecontext.HEADER: tracecontext.traceparent(run_id, c.attempt_id),
     }
+    # v2 signs this call's method, URL and headers above with the body, so the signature of one
+    # call is refused on any other run, key, generation or URL.
+    headers[signing.HEADER] = signing.sign_call(
+        secret, method=target.method, url=target.url, headers=headers, body=target.body,
+        digest=target.digest, with_v1=settings.SCHEDULER_SIGNATURE_V1)
+    return headers
 
 
 class Worker:

@@ -66,8 +66,10 @@ def insert_runs(triples, now=None) -> list:
     made = store().insert_runs(triples, stamp=stamp, now=now or stamp)
     kept = [t for t in triples if str(t[1].id) in made]
     for o, r, _ in kept:
-        # As a save would have left them: saved, with their timestamps.
-        o.created_at = r.created_at = stamp
+        # As a save would have left them: saved, with the timestamps stored (a store that saves
+        # through the ORM has set them; one that inserts by statement stored the stamp).
+        o.created_at = o.created_at or stamp
+        r.created_at = r.created_at or stamp
         o._state.adding = r._state.adding = False
         o._state.db = r._state.db = "default"
     _notify_if_due(kept)

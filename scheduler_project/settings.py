@@ -265,7 +265,11 @@ SCHEDULER_MAX_ACTIVE_KEYS_PER_TENANT = env.int("SCHEDULER_MAX_ACTIVE_KEYS_PER_TE
 SCHEDULER_KEY_CREATIONS_PER_HOUR = env.int("SCHEDULER_KEY_CREATIONS_PER_HOUR", default=20)
 SCHEDULER_MAX_SCHEDULES_PER_TENANT = env.int("SCHEDULER_MAX_SCHEDULES_PER_TENANT", default=10000)
 SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT = env.int("SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT", default=10)
-SCHEDULER_METRICS_ALLOWED_NETWORKS = env.list("SCHEDULER_METRICS_ALLOWED_NETWORKS", default=[])
+# /metrics names tenants: by default only loopback clients, a bearer token's holder and signed-in
+# operators read it (scheduler_project.web.health). "0.0.0.0/0,::/0" opens it to every address.
+SCHEDULER_METRICS_ALLOWED_NETWORKS = env.list("SCHEDULER_METRICS_ALLOWED_NETWORKS",
+                                              default=["127.0.0.0/8", "::1/128"])
+SCHEDULER_METRICS_TOKEN = env.str("SCHEDULER_METRICS_TOKEN", default="")
 # Networks of the load balancers / reverse proxies in front of gunicorn: X-Forwarded-For is
 # believed only as far as they wrote it (scheduler_project.web.clientaddr). Empty: never believed.
 SCHEDULER_TRUSTED_PROXIES = env.list("SCHEDULER_TRUSTED_PROXIES", default=[])
@@ -279,6 +283,22 @@ SCHEDULER_MAX_APPLY_SCHEDULES = env.int("SCHEDULER_MAX_APPLY_SCHEDULES", default
 # which scheduler_project.web.bodylimit checks first (the portal's forms are far smaller).
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, SCHEDULER_MAX_REQUEST_BYTES, SCHEDULER_MAX_BATCH_REQUEST_BYTES)
 SCHEDULER_OUTBOX_ALERT_SECONDS = env.int("SCHEDULER_OUTBOX_ALERT_SECONDS", default=300)
+# Target calls' X-Scheduler-Signature carries v2 (bound to the run, key, generation, method and
+# URL) and, while this is on, the older v1 (body and time only, replayable under other headers)
+# for targets not yet moved to v2. Turn it off once every target checks v2 (docs/api.md).
+SCHEDULER_SIGNATURE_V1 = env.bool("SCHEDULER_SIGNATURE_V1", default=True)
+# Mail, for password resets only. Without EMAIL_HOST no reset is offered (its pages answer 404):
+# it could not send anything, and each request cost an SMTP attempt (scheduler_project.web.passwordreset).
+EMAIL_HOST = env.str("EMAIL_HOST", default="")
+EMAIL_PORT = env.int("EMAIL_PORT", default=587)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=True)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="scheduler@localhost")
+SCHEDULER_PASSWORD_RESET = env.bool("SCHEDULER_PASSWORD_RESET", default=bool(EMAIL_HOST))
+# Per client address and per mail address asked for, in an hour.
+SCHEDULER_PASSWORD_RESET_PER_HOUR = env.int("SCHEDULER_PASSWORD_RESET_PER_HOUR", default=5)
 SCHEDULER_RELAY_BATCH = env.int("SCHEDULER_RELAY_BATCH", default=100)
 SCHEDULER_RELAY_TIMEOUT_SECONDS = env.float("SCHEDULER_RELAY_TIMEOUT_SECONDS", default=10.0)
 SCHEDULER_RELAY_VISIBILITY_SECONDS = env.float("SCHEDULER_RELAY_VISIBILITY_SECONDS", default=120.0)

@@ -35,6 +35,8 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
+    # Password reset first: served only where mail is configured, and throttled.
+    path("accounts/", include("scheduler_project.web.passwordreset")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("scheduler_project.web.portal.urls")),
 ]

@@ -3,6 +3,7 @@ one entry point per change. Every value is checked here, whoever sends it (API, 
 name the field as a person reads it ("Max runs in flight"), since the portal shows them as they
 are."""
 
+import hashlib
 import secrets
 import unicodedata
 from datetime import timedelta
@@ -12,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
+from scheduler_project.usernames import normalized_username
 from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
                               new_signing_secret)
 from schedules.services import SYSTEM, Actor, audit
@@ -220,13 +222,20 @@ def set_max_in_flight(tenant: Tenant, limit, *, by: Actor) -> Tenant:
 def rotate_signing_secret(tenant: Tenant, *, by: Actor) -> Tenant:
     """A new signing secret for the tenant's target calls and webhooks, at once: calls signed from
     now on use it, so targets must be given the new one (there is no overlap period). The audit
-    entry records who and when, and only the secrets' first characters."""
+    entry records who and when, and the secrets' fingerprints only: whoever reads the audit log (a
+    read-only operator, a tenant viewer) learns no character of either."""
     old = tenant.signing_secret
     tenant.signing_secret = new_signing_secret()
     tenant.save(update_fields=["signing_secret"])
     audit("tenant.rotate_secret", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
-          before={"secret": old[:10] + "…"}, after={"secret": tenant.signing_secret[:10] + "…"})
+          before={"secretFingerprint": secret_fingerprint(old)},
+          after={"secretFingerprint": secret_fingerprint(tenant.signing_secret)})
     return tenant
+
+
+def secret_fingerprint(secret: str) -> str:
+    """A short name for a secret that reveals none of it: the start of its SHA-256."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
 
 
 def _clean_role(role) -> str:
@@ -251,7 +260,8 @@ def add_member(tenant: Tenant, username: str, *, role: str, by: Actor) -> Tenant
     from django.contrib.auth import get_user_model
 
     role = _clean_role(role)
-    username = _clean_text(username, field="Username", max_length=150)
+    # Folded as the sign-in form folds it, so the name found is the account that signs in with it.
+    username = normalized_username(_clean_text(username, field="Username", max_length=150))
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         raise ValidationFailed({"Username": [f"there is no active account {username[:150]!r}"]})

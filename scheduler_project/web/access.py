@@ -7,8 +7,8 @@ Seeing:
 - Anyone else sees nothing but a message; a staff account without a role is no operator.
 
 Doing: `can(user, capability, tenant_id)`, with the capabilities below. An operator needs the
-capability's permission (the "Operator" role has all of them, the "Read-only operator" role none;
-superusers have all). A tenant member's role decides for their own tenants: a viewer sees and
+capability's permission (the "Operator" role has all of them, the "Read-only operator" role none,
+so it sees no tenant's signing secret; superusers have all). A tenant member's role decides for their own tenants: a viewer sees and
 changes nothing; an admin creates, edits and operates the tenant's schedules and runs, manages its
 API keys and members, and sees and rotates its signing secret. The tenant settings (allowlist,
 webhook, caps, quotas) stay with operators. The API is not a user's: an API key acts for its one
@@ -41,8 +41,9 @@ CAPABILITIES = {
     # Members and the signing secret: operators who manage tenants; and a tenant's own admins.
     "manage_members": "schedules.manage_tenants",
     "rotate_secret": "schedules.manage_tenants",
-    # Seeing the signing secret: any operator (the admin shows it to them too).
-    "view_secret": "schedules.view_all_tenants",
+    # Seeing the signing secret: operators who manage tenants (the Operator role), never the
+    # read-only one: whoever holds a tenant's secret can sign calls its targets accept.
+    "view_secret": "schedules.manage_tenants",
 }
 # What a tenant admin may do to their own tenants without any permission; a viewer, nothing.
 MEMBER_CAPABILITIES = frozenset({"operate_runs", "operate_schedules", "manage_keys", "manage_members",

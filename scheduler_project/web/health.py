@@ -1,6 +1,14 @@
 """/healthz (process up), /readyz (database reachable, migrations applied) and /metrics
-(Prometheus text, optionally restricted to SCHEDULER_METRICS_ALLOWED_NETWORKS)."""
+(Prometheus text).
 
+/metrics names tenants and their backlogs, so it is not open to everyone by default: it answers
+a client on SCHEDULER_METRICS_ALLOWED_NETWORKS (default: loopback only, so a Prometheus or a curl on
+the same host, and the quickstart, need nothing), a request carrying
+`Authorization: Bearer <SCHEDULER_METRICS_TOKEN>` from anywhere (Prometheus' `authorization`
+scrape setting), and a signed-in operator; anyone else gets 403 saying how to get in.
+"""
+
+import hmac
 import ipaddress
 
 from django.conf import settings
@@ -10,6 +18,7 @@ from django.http import HttpResponse, HttpResponseForbidden, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from dispatch.metrics import exposition
+from scheduler_project.web.access import is_operator
 from scheduler_project.web.clientaddr import client_address
 
 
@@ -28,18 +37,27 @@ def readyz(request):
     return JsonResponse({"status": "ok"})
 
 
+def _token_ok(request) -> bool:
+    token = settings.SCHEDULER_METRICS_TOKEN
+    given = request.META.get("HTTP_AUTHORIZATION", "")
+    return bool(token) and given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip().encode(), token.encode())
+
+
 def _allowed(request) -> bool:
-    networks = settings.SCHEDULER_METRICS_ALLOWED_NETWORKS
-    if not networks:
+    if _token_ok(request) or is_operator(getattr(request, "user", None)):
         return True
+    networks = settings.SCHEDULER_METRICS_ALLOWED_NETWORKS
     try:
         addr = ipaddress.ip_address(client_address(request))
     except ValueError:
         return False
+    if addr.version == 6 and addr.ipv4_mapped:  # a dual-stack bind reports IPv4 peers so
+        addr = addr.ipv4_mapped
     return any(addr in ipaddress.ip_network(n, strict=False) for n in networks)
 
 
 def metrics_view(request):
     if not _allowed(request):
-        return HttpResponseForbidden("metrics are restricted to SCHEDULER_METRICS_ALLOWED_NETWORKS\n")
+        return HttpResponseForbidden("metrics are for SCHEDULER_METRICS_ALLOWED_NETWORKS (default: loopback), a "
+                                     "bearer SCHEDULER_METRICS_TOKEN, or a signed-in operator\n")
     return HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)

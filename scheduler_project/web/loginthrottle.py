@@ -6,7 +6,9 @@ alone (several times higher, against one address trying many usernames). Past th
 the window, that pair (or address) is locked out for a while: its sign-in POSTs are answered 429
 with a message saying when to try again, and the password is not even checked, so guessing on
 during the lockout learns nothing. A successful sign-in clears its pair's count, not its
-address's (one valid account must not reset an address that is guessing others).
+address's (one valid account must not reset an address that is guessing others). Usernames are
+counted in their folded form (scheduler_project.usernames), so a look-alike spelling that signs
+in to the same account is locked with it.
 
 A small middleware rather than django-axes: two counters and a message are all this needs, and
 axes brings its own models, backend, middleware, signals and settings to configure and upgrade.
@@ -26,6 +28,7 @@ from django.shortcuts import render
 
 from scheduler_project.dbclock import db_now
 from scheduler_project.web.clientaddr import client_address
+from scheduler_project.usernames import canonical_username
 from schedules.models import LoginThrottle
 
 LOGIN_PATHS = frozenset({"/accounts/login/", "/admin/login/"})
@@ -34,32 +37,40 @@ ADDRESS_FACTOR = 4
 PRUNE_BATCH = 100
 
 
-def _digest(kind: str, value: str) -> str:
+def digest(kind: str, value: str) -> str:
     return hashlib.sha256(f"{kind}\x00{value}".encode("utf-8", "replace")).hexdigest()
 
 
 def _keys(username: str, address: str) -> list[tuple[str, int]]:
     limit = settings.SCHEDULER_LOGIN_MAX_FAILURES
     return [
-        (_digest("user", f"{username.strip().lower()}\x00{address}"), limit),
-        (_digest("addr", address), limit * ADDRESS_FACTOR),
+        # Folded as the sign-in form folds it (NFKC) and case-free: `ｖｉｃｔｉｍ` and `Victim` are
+        # counted, and locked, with `victim`.
+        (digest("user", f"{canonical_username(username)}\x00{address}"), limit),
+        (digest("addr", address), limit * ADDRESS_FACTOR),
     ]
 
 
-def locked_for(username: str, address: str, *, now=None) -> float:
-    """Seconds until this username may try again from this address (0: it may now)."""
+def locked_until(keys: list[str], *, now=None) -> float:
+    """Seconds until none of these counters is locked any more (0: none is)."""
     now = now or db_now()
-    keys = [k for k, _ in _keys(username, address)]
     until = (LoginThrottle.objects.filter(key__in=keys, locked_until__gt=now)
              .order_by("-locked_until").values_list("locked_until", flat=True).first())
     return (until - now).total_seconds() if until else 0.0
 
 
-def record_failure(username: str, address: str) -> None:
+def locked_for(username: str, address: str, *, now=None) -> float:
+    """Seconds until this username may try again from this address (0: it may now)."""
+    return locked_until([k for k, _ in _keys(username, address)], now=now)
+
+
+def count(keys: list[tuple[str, int]], *, window_seconds: int, lockout_seconds: int) -> None:
+    """One more event on each (key, limit) counter; one that reaches its limit within the window
+    is locked for the lockout. Also used by the password-reset form (scheduler_project.web.passwordreset)."""
     now = db_now()
-    window = timedelta(seconds=settings.SCHEDULER_LOGIN_WINDOW_SECONDS)
-    lockout = timedelta(seconds=settings.SCHEDULER_LOGIN_LOCKOUT_SECONDS)
-    for key, limit in _keys(username, address):
+    window = timedelta(seconds=window_seconds)
+    lockout = timedelta(seconds=lockout_seconds)
+    for key, limit in keys:
         for _ in range(2):  # a concurrent first failure may insert the row between our read and insert
             try:
                 with transaction.atomic():
@@ -81,6 +92,11 @@ def record_failure(username: str, address: str) -> None:
     stale = list(LoginThrottle.objects.filter(expires_at__lt=now).values_list("id", flat=True)[:PRUNE_BATCH])
     if stale:
         LoginThrottle.objects.filter(Q(id__in=stale) & Q(expires_at__lt=now)).delete()
+
+
+def record_failure(username: str, address: str) -> None:
+    count(_keys(username, address), window_seconds=settings.SCHEDULER_LOGIN_WINDOW_SECONDS,
+          lockout_seconds=settings.SCHEDULER_LOGIN_LOCKOUT_SECONDS)
 
 
 def record_success(username: str, address: str) -> None:

@@ -65,3 +65,34 @@ def test_metrics_can_be_restricted_by_network(client, settings):
     assert client.get("/metrics").status_code == 403
     settings.SCHEDULER_METRICS_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
+
+
+def test_metrics_are_not_open_by_default(client, settings, tenant):
+    """Issue 26, finding 12: /metrics (tenant names, backlogs) was open to every address by
+    default. Now: loopback, a bearer token, or a signed-in operator."""
+    from django.contrib.auth.models import User
+
+    from scheduler_project import settings as project_settings
+    from scheduler_project.web.access import ROLE_READ_ONLY, role
+
+    assert project_settings.SCHEDULER_METRICS_ALLOWED_NETWORKS == ["127.0.0.0/8", "::1/128"]
+    settings.SCHEDULER_METRICS_ALLOWED_NETWORKS = project_settings.SCHEDULER_METRICS_ALLOWED_NETWORKS
+    settings.SCHEDULER_METRICS_TOKEN = "metrics-token-123"
+    outside = {"REMOTE_ADDR": "203.0.113.50"}
+    refused = client.get("/metrics", **outside)
+    assert refused.status_code == 403 and b"SCHEDULER_METRICS_TOKEN" in refused.content
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong", **outside).status_code == 403
+    ok = client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-token-123", **outside)
+    assert ok.status_code == 200 and b"scheduler_" in ok.content
+    for local in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        assert client.get("/metrics", REMOTE_ADDR=local).status_code == 200, local
+    settings.SCHEDULER_METRICS_TOKEN = ""
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ", **outside).status_code == 403
+    # A signed-in operator reads it from anywhere (in a browser); a plain account does not.
+    plain = User.objects.create_user("plain", password="pw-plain-123")
+    client.force_login(plain)
+    assert client.get("/metrics", **outside).status_code == 403
+    op = User.objects.create_user("rita", password="pw-rita-123", is_staff=True)
+    op.groups.add(role(ROLE_READ_ONLY))
+    client.force_login(op)
+    assert client.get("/metrics", **outside).status_code == 200

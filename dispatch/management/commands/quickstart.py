@@ -99,7 +99,8 @@ class Command(LoopCommand):
         web = None
         if not options["no_web"]:
             web = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "scheduler_project.wsgi", "--bind", host, "--workers", "2",
+                [sys.executable, "-m", "gunicorn", "-c", "python:scheduler_project.gunicorn_conf", "scheduler_project.wsgi",
+                 "--bind", host, "--workers", "2",
                  "--threads", "4", "--access-logfile", "-"],
                 env={**os.environ, "DJANGO_SETTINGS_MODULE": "scheduler_project.settings"},
                 # Its own process group, which stop_web signals whole: a worker that outlives its

@@ -3,11 +3,14 @@
 its capability (scheduler_project.web.access). Nothing is deleted here: keys are revoked and
 schedules archived, so their history stays."""
 
+import json
+
 from django.contrib import admin, messages
 
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.access import has_operator_permission
+from scheduler_project.web.portal.display import headers_shown, masked_change
 from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
 from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleVersion, TargetPrefix, Tenant, TenantMembership
 
@@ -29,8 +32,17 @@ class TenantAdmin(OperatorAdmin):
     inlines = [TargetPrefixInline]
     # The allowlist, webhook, caps and quotas change through the portal's tenant page (audited
     # services); a direct admin edit would leave no audit entry.
-    readonly_fields = ("signing_secret", "notification_url", "max_in_flight", "max_schedules",
-                       "max_subminute_schedules", "created_at")
+    readonly_fields = ("notification_url", "max_in_flight", "max_schedules", "max_subminute_schedules", "created_at")
+    # The secret is shown to operators who may see secrets only (the read-only role may not).
+    exclude = ("signing_secret",)
+
+    def get_readonly_fields(self, request, obj=None):
+        shown = "signing_secret" if has_operator_permission(request.user, "view_secret") else "signing_secret_hidden"
+        return (shown, *self.readonly_fields)
+
+    @admin.display(description="signing secret")
+    def signing_secret_hidden(self, obj):
+        return "•••• (hidden: only the Operator role and the tenant's admins see it)"
 
     def has_change_permission(self, request, obj=None):
         return has_operator_permission(request.user, "manage_tenants") or super().has_change_permission(request, obj)
@@ -137,6 +149,20 @@ class ScheduleVersionAdmin(OperatorAdmin):
     list_display = ("schedule", "version", "expression", "time_zone", "created_by", "created_at")
     readonly_fields = [f.name for f in ScheduleVersion._meta.fields]
 
+    def get_readonly_fields(self, request, obj=None):
+        # Header values are usually credentials: masked, as in the portal, for whoever may not
+        # edit schedules.
+        if has_operator_permission(request.user, "operate_schedules"):
+            return self.readonly_fields
+        return [("target_headers_masked" if f == "target_headers" else f) for f in self.readonly_fields]
+
+    def get_exclude(self, request, obj=None):
+        return None if has_operator_permission(request.user, "operate_schedules") else ("target_headers",)
+
+    @admin.display(description="target headers")
+    def target_headers_masked(self, obj):
+        return ", ".join(f"{name}: {value}" for name, value, _ in headers_shown(obj.target_headers, False)) or "—"
+
     def has_add_permission(self, request):
         return False
 
@@ -151,6 +177,25 @@ class AuditEntryAdmin(OperatorAdmin):
     search_fields = ("object_id", "actor")
     readonly_fields = [f.name for f in AuditEntry._meta.fields]
     show_full_result_count = False
+
+    def get_readonly_fields(self, request, obj=None):
+        # A schedule's create and edit entries hold its header values: masked for whoever may not
+        # edit schedules, as on the version pages.
+        if has_operator_permission(request.user, "operate_schedules"):
+            return self.readonly_fields
+        masked = {"before": "before_masked", "after": "after_masked"}
+        return [masked.get(f, f) for f in self.readonly_fields]
+
+    def get_exclude(self, request, obj=None):
+        return None if has_operator_permission(request.user, "operate_schedules") else ("before", "after")
+
+    @admin.display(description="before")
+    def before_masked(self, obj):
+        return json.dumps(masked_change(obj.before, False), ensure_ascii=False)
+
+    @admin.display(description="after")
+    def after_masked(self, obj):
+        return json.dumps(masked_change(obj.after, False), ensure_ascii=False)
 
     def has_add_permission(self, request):
         return False

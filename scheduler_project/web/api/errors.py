@@ -84,6 +84,19 @@ def _check_string(s: str, where: str) -> None:
         raise exceptions.ParseError(f"{where}: strings must be valid Unicode (a lone surrogate escape was sent)")
 
 
+def _unique_keys(pairs: list) -> dict:
+    """An object with a key given twice is refused: JSON leaves the meaning open, Python keeps the
+    last one silently, and what the client meant may well be the first."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key[:200]!r} appears more than once in one object")
+            seen.add(key)
+    return obj
+
+
 class LimitedJSONParser(JSONParser):
     """JSON bodies only, at most the path's body limit (bodylimit.limit_for): the Content-Length is checked before a byte
     is read, and the read itself is capped, so a chunked or lying body is bounded too."""
@@ -110,7 +123,8 @@ class LimitedJSONParser(JSONParser):
         except (UnicodeDecodeError, LookupError):
             raise exceptions.ParseError(f"the body is not valid {encoding}")
         try:
-            data = json.loads(text, parse_constant=_reject_constant if api_settings.STRICT_JSON else None)
+            data = json.loads(text, parse_constant=_reject_constant if api_settings.STRICT_JSON else None,
+                              object_pairs_hook=_unique_keys)
         except RecursionError:
             raise exceptions.ParseError(f"the body is nested more than {MAX_JSON_DEPTH} levels deep")
         except ValueError as e:

@@ -19,6 +19,7 @@ from schedules.services import (MAX_CATCHUP_LIMIT, MAX_EXPRESSION, MAX_NAME, MAX
                                 MIN_BACKOFF_SECONDS, TARGET_METHODS)
 from schedules.targets import MAX_HEADER_VALUE, target_header_problems
 from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES
+from scheduler_project.web.api.audit_shape import audit_value
 from scheduler_project.web.api.representation import compiled
 
 # Instants outside this range are refused at the edge: nothing is scheduled before the epoch, and
@@ -373,15 +374,24 @@ class ApiKeyCreatedOut(ApiKeyOut):
 
 @extend_schema_serializer(component_name="AuditEntry")
 class AuditEntryOut(serializers.Serializer):
-    id = serializers.CharField()
+    id = serializers.IntegerField(help_text="the entry's number: grows with every entry")
     at = serializers.DateTimeField()
     actor = serializers.CharField(help_text="key:<prefix>, user:<name> or system:<command>")
     action = serializers.CharField()
     objectType = serializers.CharField(source="object_type")
     objectId = serializers.CharField(source="object_id")
     remoteAddr = serializers.CharField(source="remote_addr", allow_blank=True)
-    before = serializers.JSONField(allow_null=True)
-    after = serializers.JSONField(allow_null=True)
+    before = serializers.SerializerMethodField(help_text="what changed, as it was: camelCase, a schedule's fields "
+                                               "grouped as a schedule reads (target.url, retryPolicy.maxAttempts)")
+    after = serializers.SerializerMethodField(help_text="what changed, as it is now (same shape)")
+
+    @extend_schema_field({"type": "object", "nullable": True, "additionalProperties": True})
+    def get_before(self, entry):
+        return audit_value(entry.before)
+
+    @extend_schema_field({"type": "object", "nullable": True, "additionalProperties": True})
+    def get_after(self, entry):
+        return audit_value(entry.after)
 
 
 # --- error bodies, for the OpenAPI document ------------------------------------------------------

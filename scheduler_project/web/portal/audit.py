@@ -1,6 +1,6 @@
 """The audit log: who did what, when, from where, to which object; scoped like everything else."""
 
-from scheduler_project.web.access import is_operator, portal_view, scope, visible_tenants
+from scheduler_project.web.access import can, is_operator, portal_view, scope, visible_tenants
 from schedules.models import AuditEntry
 from scheduler_project.web.pagination import AUDIT_PAGES
 from scheduler_project.web.portal.common import keyset_page, parse_uuid, render_view
@@ -20,6 +20,13 @@ def audit_log(request):
         qs = qs.filter(tenant_id=tenant)
         f["tenant"] = str(tenant)
     page = keyset_page(AUDIT_PAGES, qs, request.GET.get("after"))
+    # Target header values (often credentials) only for those who may edit the schedule, as on
+    # the schedule pages; everyone else sees them masked.
+    allowed = {}
+    for e in page.items:
+        if e.tenant_id not in allowed:
+            allowed[e.tenant_id] = can(request.user, "operate_schedules", e.tenant_id)
+        e.reveal_headers = allowed[e.tenant_id]
     return render_view(request, "audit/list.html", {
         "page": page, "f": f, "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
     }, partial="results")

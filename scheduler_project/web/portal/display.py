@@ -176,9 +176,19 @@ def value_text(value) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def change_lines(before, after) -> list[ChangeLine]:
+def masked_change(value, reveal_headers: bool):
+    """An audit entry's before or after with its target header values masked as on the schedule
+    pages (headers_shown) unless `reveal_headers`: a schedule's create and edit entries hold them."""
+    if reveal_headers or not isinstance(value, dict) or not isinstance(value.get("target_headers"), dict):
+        return value
+    return {**value, "target_headers": {name: shown for name, shown, _ in headers_shown(value["target_headers"], False)}}
+
+
+def change_lines(before, after, *, reveal_headers: bool = False) -> list[ChangeLine]:
     """An audit entry's before/after as one line per field: "field: old → new". Values that are
-    not a dict become a single "value" line; long values are folded, never cut mid-word."""
+    not a dict become a single "value" line; long values are folded, never cut mid-word. Header
+    values that look like credentials are masked unless `reveal_headers`."""
+    before, after = masked_change(before, reveal_headers), masked_change(after, reveal_headers)
     if not isinstance(before, dict) and not isinstance(after, dict):
         if before is None and after is None:
             return []

@@ -73,7 +73,8 @@ def percent(value):
 
 @register.filter
 def change_lines(entry):
-    return display.change_lines(entry.before, entry.after)
+    # The view marks the entries whose header values the user may see (portal.audit).
+    return display.change_lines(entry.before, entry.after, reveal_headers=getattr(entry, "reveal_headers", False))
 
 
 @register.simple_tag(takes_context=True)
