@@ -26,6 +26,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # occurrence outside it does not exist for the engine, and a rule simply ends there.
 MIN_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
 MAX_INSTANT = datetime(9999, 12, 30, 23, 59, 59, tzinfo=UTC)
+RANGE_TEXT = "0001-01-02T00:00:00Z to 9999-12-30T23:59:59Z"
 
 _zones: dict[str, ZoneInfo] = {}
 _margins: dict[str, timedelta] = {}
