@@ -39,10 +39,44 @@ def _env(var_dir: Path) -> dict:
     return {**env, "SCHEDULER_VAR_DIR": str(var_dir), "LOG_LEVEL": "WARNING"}
 
 
+_started: list[subprocess.Popen] = []
+
+
 def _quickstart(var_dir: Path, web: int, demo: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "manage.py", "quickstart", "--addr", f"127.0.0.1:{web}",
+    proc = subprocess.Popen([sys.executable, "manage.py", "quickstart", "--addr", f"127.0.0.1:{web}",
                              "--demo-port", str(demo)], cwd=ROOT, env=_env(var_dir), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    _started.append(proc)
+    return proc
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def _no_quickstart_outlives_its_test():
+    """A failed assertion must not leave a quickstart (and its gunicorn, in a session of its own)."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is not None:
+            continue
+        web = _children(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in web:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _finish(proc: subprocess.Popen, seconds: float) -> tuple[int, str, str]:
@@ -123,7 +157,7 @@ def test_finding_8_admin_is_shown_a_password_after_a_failed_first_run_and_a_dead
         pass  # the banner came once the web server listened
 
     # The web server dies: quickstart stops everything and exits non-zero, saying why.
-    gunicorn = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+    (gunicorn,) = _children(proc.pid)
     os.killpg(gunicorn, signal.SIGKILL)
     code, _, err = _finish(proc, 40)
     assert code != 0
