@@ -100,6 +100,9 @@ class EchoTarget:
         return self
 
     def stop(self, timeout: float = 2.0) -> None:
+        if not self.thread.is_alive():  # never started (quickstart stopped before): only the port
+            self.server.server_close()
+            return
         # shutdown() waits for the serving loop without a limit; it is asked on a thread of its own
         # so that a loop that does not answer cannot hold quickstart's exit.
         threading.Thread(target=self.server.shutdown, name="demo-target-stop", daemon=True).start()

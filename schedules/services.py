@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from itertools import islice
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db.models import Sum
@@ -17,7 +16,7 @@ from django.db.models import Sum
 from scheduler_project.errors import PayloadTooLarge, ValidationFailed
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, TenantScheduleCount
-from schedules.targets import target_header_problems, url_allowed
+from schedules.targets import target_header_problems, url_allowed, url_shape_problem
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
 # version (docs/time-semantics.md, "Editing").
@@ -272,11 +271,10 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Sc
     if len(fields["expression"] or "") > MAX_EXPRESSION:
         err("expression", f"expression must be at most {MAX_EXPRESSION} characters")
     url = fields["target_url"] or ""
-    parts = urlsplit(url)
     if len(url) > MAX_URL:
         err("target", f"url must be at most {MAX_URL} characters")
-    elif parts.scheme not in ("http", "https") or not parts.hostname:
-        err("target", "url must be an absolute http:// or https:// URL")
+    elif (problem := url_shape_problem(url)) is not None:
+        err("target", problem)
     elif not url_allowed(url, tenant.allowed_prefixes()):
         err(
             "target",

@@ -3,7 +3,8 @@
 1. What the suite needs from the machine beyond Python: PostgreSQL answering on 127.0.0.1:5432
    (started if its cluster is installed but down), Debian's Chromium for the browser tests,
    libfaketime for the fault suite's skewed clock, pg_auto_failover, iproute2 and iptables for
-   the failover and network suites. Missing packages are installed with apt-get (as CI's machines
+   the failover and network suites, nginx (and openssl for its test certificate) for the web
+   tier's set-up. Missing packages are installed with apt-get (as CI's machines
    and the development machines allow); where that is impossible it says what to install.
 2. pytest on PostgreSQL: every test.
 3. pytest on the embedded SQLite database (SCHEDULER_TEST_DATABASE=sqlite): every test but those
@@ -32,6 +33,10 @@ SYSTEM_NEEDS = [
     ("/usr/sbin/iptables", "iptables"),
     # promtool checks the alert rules in deploy/prometheus/ (tests/dispatch/test_dashboards_and_alerts.py).
     ("/usr/bin/promtool", "prometheus"),
+    # The documented web tier: nginx in front of gunicorn (tests/deploy), with Debian's nginx.conf.
+    ("/usr/sbin/nginx", "nginx"),
+    ("/etc/nginx/nginx.conf", "nginx"),
+    ("/usr/bin/openssl", "openssl"),
 ]
 
 

@@ -9,7 +9,10 @@ A chunked body has no Content-Length, and Django reads it as empty (a create the
 "expression required"). Where the server has de-chunked the body and marks the input as
 terminated (gunicorn sets `wsgi.input_terminated`), it is read here under the same bound, at
 most limit + 1 bytes, and handed on with its length; under a server that does not (Django's
-runserver), it is refused with 411 Length Required, which says what to send instead.
+runserver), it is refused with 411 Length Required, which says what to send instead. A chunked
+body the server cannot de-chunk (a chunk size that is not a hexadecimal number, a chunk without
+its terminator, a client that stops sending mid-body) is a 400 that says so, not a 500: the
+server raises its parse error, or an OSError for a connection gone quiet, out of the read here.
 """
 
 import io
@@ -17,6 +20,12 @@ import io
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
+try:  # what gunicorn raises when a body it de-chunks is malformed (NoMoreData is an OSError)
+    from gunicorn.http.errors import ParseException as _ServerParseError
+except ImportError:  # another server: its own errors are OSErrors or ValueErrors
+    _ServerParseError = ValueError
+
+_BROKEN_BODY = (_ServerParseError, OSError, ValueError)
 
 
 def max_request_bytes() -> int:
@@ -86,7 +95,11 @@ class RequestBodyLimitMiddleware:
         if not request.META.get("wsgi.input_terminated"):
             return _refuse(request, 411, "send the request body with a Content-Length header "
                                          "(a chunked body is not accepted by this server)")
-        body = request.META["wsgi.input"].read(limit + 1)
+        try:
+            body = request.META["wsgi.input"].read(limit + 1)
+        except _BROKEN_BODY as exc:
+            detail = str(exc) or type(exc).__name__
+            return _refuse(request, 400, f"the chunked request body is malformed or incomplete ({detail[:200]})")
         if len(body) > limit:
             return _refuse(request, 413, f"the request body is over the limit of {limit} bytes")
         # Django sized the request's stream from the missing Content-Length (empty); hand the

@@ -10,7 +10,7 @@ from .cron import CronWalls, cron_text, is_fixed_time
 from .days import shared
 from .rules import AtRule, RateRule, Rule, WallRule
 from .types import DstPolicy, ExpressionError, Occurrence
-from .zones import MAX_INSTANT, in_range, resolve_fixed, validate_time_zone
+from .zones import MAX_INSTANT, RANGE_TEXT, in_range, resolve_fixed, validate_time_zone
 
 UTC = timezone.utc
 
@@ -19,7 +19,7 @@ _AT = re.compile(r"^at\((.*)\)$", re.IGNORECASE | re.DOTALL)
 _UNIT = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 _MAX_RATE = timedelta(days=3660)
 MAX_EXPRESSION_LENGTH = 4096
-_RANGE_TEXT = "0001-01-02T00:00:00Z to 9999-12-30T23:59:59Z"
+_RANGE_TEXT = RANGE_TEXT
 
 
 def parse(expression: str, time_zone: str, *, anchor: datetime, dst_policy: DstPolicy | None = None) -> Rule:

@@ -14,8 +14,8 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from .budget import NEXT_AFTER_CPU_SECONDS, NEXT_AFTER_UNITS, charge, metered
-from .types import DstPolicy, Occurrence
-from .zones import (MAX_INSTANT, MIN_INSTANT, first_change, fmt_wall, jump_margin, offset_at,
+from .types import DstPolicy, ExpressionError, Occurrence
+from .zones import (MAX_INSTANT, MIN_INSTANT, RANGE_TEXT, first_change, fmt_wall, jump_margin, offset_at,
                     repeated_note, resolve_fixed)
 
 UTC = timezone.utc
@@ -37,7 +37,14 @@ class WallSource(Protocol):
 def _require_aware(after: datetime) -> datetime:
     if after.tzinfo is None or after.utcoffset() is None:
         raise ValueError("timeexpr needs aware datetimes; got a naive one")
-    return after.astimezone(UTC)
+    try:
+        return after.astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T01:00+05:00 or 9999-12-31T23:00-05:00: a wall time datetime holds whose
+        # instant it cannot (OverflowError escaped every entry point with it).
+        raise ExpressionError(
+            f"{after.isoformat()} has no instant in UTC (datetime's years 1 to 9999); the schedule's "
+            f"times are between {RANGE_TEXT}", "startAt") from None
 
 
 def _rank(o: Occurrence):
@@ -99,7 +106,8 @@ class Rule:
 
     def between(self, start: datetime, end: datetime, limit: int) -> list[Occurrence]:
         out: list[Occurrence] = []
-        t = _require_aware(start) - _TICK
+        start = _require_aware(start)
+        t = start - _TICK if start > MIN_INSTANT else MIN_INSTANT - _TICK  # next_after starts there anyway
         end = _require_aware(end)
         while len(out) < limit:
             occ = self.next_after(t)

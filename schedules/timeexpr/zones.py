@@ -26,6 +26,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # occurrence outside it does not exist for the engine, and a rule simply ends there.
 MIN_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
 MAX_INSTANT = datetime(9999, 12, 30, 23, 59, 59, tzinfo=UTC)
+RANGE_TEXT = "0001-01-02T00:00:00Z to 9999-12-30T23:59:59Z"
 
 _zones: dict[str, ZoneInfo] = {}
 _margins: dict[str, timedelta] = {}
@@ -117,21 +118,64 @@ def _jump_margin(data: bytes) -> timedelta:
     Wall-time scans start this far before the wall time of ``after``: an occurrence later than
     ``after`` can have an earlier wall time only by that much (after a fall-back), and a
     moved occurrence can land at most that far from the wall time it meant.
+
+    The transition table alone is not the zone: the footer's POSIX TZ string governs every
+    instant after the table's last transition, and a slim TZif file (as the tzdata package
+    ships) records no transition the footer can compute. Antarctica/Troll's two-hour DST exists
+    only there: its table holds one change of abbreviation and no change of offset, so the
+    margin was a minute and occurrences in its repeated and skipped hours were lost. So the
+    footer's offsets count as well as the table's (``footer_offsets``).
     """
     try:
         # Private but stable since 3.9; the fallback is only slower, never wrong.
         from zoneinfo import _common
 
         trans_idx, _trans, utcoff, _isdst, _abbr, tz_str = _common.load_data(io.BytesIO(data))
-        offs = [utcoff[i] for i in trans_idx]
-        biggest = max((abs(b - a) for a, b in zip(offs, offs[1:])), default=0)
-        if tz_str:
-            # The POSIX footer governs the future; its std/dst pair is already among the
-            # recorded offsets for every zone we know of, but a rule change might not be.
-            biggest = max(biggest, max(utcoff) - min(utcoff)) if len(utcoff) > 1 else biggest
-        return timedelta(seconds=biggest + 60)
     except Exception:
         return _DEFAULT_MARGIN
+    offs = [utcoff[i] for i in trans_idx]
+    biggest = max((abs(b - a) for a, b in zip(offs, offs[1:])), default=0)
+    if tz_str:
+        footer = footer_offsets(tz_str.decode("ascii", "replace"))
+        if footer is None:
+            return _DEFAULT_MARGIN
+        # From the table's last offset (or the zone's only one) to the footer's, and between
+        # the footer's standard and daylight offsets; every offset the zone has ever had is
+        # among these, so their whole spread bounds any single jump.
+        known = set(utcoff) | set(footer)
+        biggest = max(biggest, max(known) - min(known))
+    return timedelta(seconds=biggest + 60)
+
+
+_POSIX_NAME = r"(?:<[A-Za-z0-9+-]+>|[A-Za-z]{3,})"
+
+
+def _posix_offset(tag: str) -> str:
+    return rf"(?P<{tag}_sign>[+-]?)(?P<{tag}_h>\d{{1,3}})(?::(?P<{tag}_m>\d{{1,2}}))?(?::(?P<{tag}_s>\d{{1,2}}))?"
+
+
+_POSIX_TZ = re.compile(
+    rf"^{_POSIX_NAME}{_posix_offset('std')}(?:(?P<dst>{_POSIX_NAME})(?:{_posix_offset('dst')})?(?:,.*)?)?$"
+)
+
+
+def footer_offsets(tz_str: str) -> tuple[int, ...] | None:
+    """The UTC offsets, in seconds east of UTC, a TZif footer (a POSIX TZ string such as
+    ``<+00>0<+02>-2,M3.5.0/1,M10.5.0/3``) gives: the standard one, and the daylight one when it
+    has daylight time (one hour ahead of standard unless given). None when it does not parse.
+    POSIX offsets count west of UTC, hence the sign."""
+    m = _POSIX_TZ.match(tz_str.strip())
+    if m is None:
+        return None
+
+    def seconds(tag: str) -> int:
+        value = int(m[f"{tag}_h"]) * 3600 + int(m[f"{tag}_m"] or 0) * 60 + int(m[f"{tag}_s"] or 0)
+        return value if m[f"{tag}_sign"] == "-" else -value
+
+    std = seconds("std")
+    if m["dst"] is None:
+        return (std,)
+    return (std, seconds("dst") if m["dst_h"] is not None else std + 3600)
 
 
 def jump_margin(zone: ZoneInfo) -> timedelta:
