@@ -27,3 +27,43 @@ def test_a_version_the_schedule_never_had_has_no_changes_to_tell(api, schedule):
     resp = api.patch(f"/api/v1/schedules/{schedule.id}", {"expectedVersion": 7, "name": "x"}, format="json")
     assert resp.status_code == 409
     assert resp.json()["currentVersion"] == 1 and resp.json()["changedSince"] is None
+
+
+def documented_edit(api):
+    """docs/api.md's edit() as a client copies it, over the test client."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "def edit(" in b]
+    code = code[:code.index("\nedit(")]  # the definition, not the example calls
+
+    class Answer:
+        def __init__(self, resp):
+            self.resp, self.status_code = resp, resp.status_code
+
+        def json(self):
+            return self.resp.json()
+
+        def raise_for_status(self):
+            assert self.status_code < 400, self.resp.json()
+
+    class Session:
+        def patch(self, url, json, timeout):
+            return Answer(api.patch(url, json, format="json"))
+
+    namespace = {"s": Session(), "API": ""}
+    exec(code, namespace)
+    return namespace["edit"]
+
+
+def test_the_documented_edit_applies_on_top_of_other_fields_and_stops_on_the_same_field(api, schedule):
+    import pytest
+
+    edit = documented_edit(api)
+    edit_schedule(schedule, expected_version=1, changes={"name": "theirs"}, by=ACTOR)
+    body = edit(schedule.id, 1, expression="30 2 * * SUN", target={"timeoutSeconds": 20})
+    assert body["version"] == 3 and body["name"] == "theirs" and body["expression"] == "30 2 * * SUN"
+    with pytest.raises(RuntimeError, match="expression"):
+        edit(schedule.id, 2, expression="45 3 * * SUN")
+    assert schedule.versions.count() == 3
