@@ -79,6 +79,14 @@ def test_an_edit_form_shows_all_its_errors_at_once(operator, schedule):
     assert {"catchup_limit", "payload", "time_zone"} <= set(resp.context["errors"]), resp.context["errors"]
 
 
+def test_the_tenant_settings_form_shows_all_its_errors_at_once(operator, tenant):
+    resp = operator.post(reverse("schedules-tenant-settings", args=[tenant.id]),
+                         {"notification_url": "ftp://x", "max_in_flight": "many", "max_schedules": "-1"}, follow=True)
+    html = resp.content.decode()
+    for field in ("Notification webhook URL", "Max runs in flight", "Schedule quota"):
+        assert f"{field}:" in html, field
+
+
 # --- archiving --------------------------------------------------------------------------------
 
 def test_a_schedule_is_archived_from_the_portal_after_a_confirmation(operator, schedule):
