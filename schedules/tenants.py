@@ -94,10 +94,19 @@ def _clean_url(raw, *, field: str, what: str = "URL") -> str:
 def add_target_prefix(tenant: Tenant, prefix: str, *, by: Actor, max_concurrency=None) -> TargetPrefix:
     """Allow `prefix`; `max_concurrency` (a number, its text, or empty/None for no limit) caps the
     runs in flight to its host."""
-    prefix = _clean_url(prefix, field="Prefix", what="URL prefix")
-    if not prefix:
-        raise ValidationFailed({"Prefix": ["give an absolute http(s) URL prefix, e.g. https://hooks.example.com/"]})
-    limit = parse_cap(max_concurrency, field="Max concurrency")
+    errors: dict = {}
+    try:
+        prefix = _clean_url(prefix, field="Prefix", what="URL prefix")
+        if not prefix:
+            errors["Prefix"] = ["give an absolute http(s) URL prefix, e.g. https://hooks.example.com/"]
+    except ValidationFailed as e:
+        errors.update(e.errors)
+    try:
+        limit = parse_cap(max_concurrency, field="Max concurrency")
+    except ValidationFailed as e:
+        errors.update(e.errors)  # said together with a bad prefix, not on the next try
+    if errors:
+        raise ValidationFailed(errors)
     target, created = TargetPrefix.objects.get_or_create(
         tenant=tenant, prefix=prefix, defaults={"max_concurrency": limit}
     )

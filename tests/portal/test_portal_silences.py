@@ -85,6 +85,9 @@ def test_the_tenant_settings_form_shows_all_its_errors_at_once(operator, tenant)
     html = resp.content.decode()
     for field in ("Notification webhook URL", "Max runs in flight", "Schedule quota"):
         assert f"{field}:" in html, field
+    html = operator.post(reverse("schedules-target-add", args=[tenant.id]),
+                         {"prefix": "not a url", "max_concurrency": "0"}, follow=True).content.decode()
+    assert "Prefix:" in html and "Max concurrency:" in html
 
 
 # --- archiving --------------------------------------------------------------------------------
