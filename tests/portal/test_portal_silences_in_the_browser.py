@@ -156,3 +156,35 @@ def test_the_day_chart_and_the_edit_conflict_at_1440_px(live_server, wide):
     wide.wait_for_url(re.compile(r"/schedules/[0-9a-f-]{36}/$"))
     v = Schedule.objects.select_related("current").get(id=report.id).current
     assert v.expression == "45 3 * * SUN" and v.name == "weekly-report" and v.version == 2
+
+
+def test_all_errors_of_a_form_at_once_and_the_api_root(live_server, wide):
+    seed()
+    base = live_server.url
+    log_in(wide, base, "olga", "pw-olga-123")
+    wide.goto(base + "/schedules/new")
+    wide.locator("#s-expression").fill("not a rule")
+    wide.locator("#s-url").fill("https://elsewhere.example/hook")
+    wide.locator("#s-attempts").fill("many")
+    wide.get_by_role("button", name="Create schedule").click()
+    wide.locator(".field-error").first.wait_for()
+    errors = wide.locator(".field-error").all_inner_texts()
+    assert len(errors) >= 3, errors
+    assert any("allowlist" in e for e in errors) and any("whole number" in e for e in errors)
+    shot(wide, "create-all-errors")
+
+    from schedules.models import Tenant
+
+    acme = Tenant.objects.get(slug="acme")
+    wide.goto(base + f"/tenants/{acme.id}/")
+    form = wide.locator("form[action$='/settings']")
+    form.locator("[name=notification_url]").fill("ftp://nowhere")
+    form.locator("[name=max_in_flight]").fill("many")
+    form.locator("button[type=submit]").click()
+    wide.get_by_text("Max runs in flight:").first.wait_for()
+    assert wide.get_by_text("Notification webhook URL:").first.is_visible()
+    shot(wide, "tenant-settings-all-errors")
+
+    resp = wide.goto(base + "/api/v1/")
+    assert resp.status == 200 and '"schedules"' in wide.content()
+    shot(wide, "api-root")

@@ -87,7 +87,8 @@ def service_message(e: ServiceError) -> str:
         for field, errors in e.errors.items():
             for error in errors:
                 parts.append(error if field in ("body", "__all__") else f"{field[:1].upper()}{field[1:]}: {error}")
-        return " ".join(parts)
+        # Several messages at once (a form is told all its problems): each ends as a sentence.
+        return " ".join(p if p.endswith((".", "!", "?")) else f"{p}." for p in parts)
     return e.message
 
 
