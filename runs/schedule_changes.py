@@ -152,7 +152,13 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
 
 def _locked(schedule) -> Schedule:
     sid = getattr(schedule, "id", schedule)
-    return Schedule.objects.select_for_update(of=("self",)).select_related("current", "tenant").get(id=sid)
+    locked = Schedule.objects.select_for_update(of=("self",)).select_related("current", "tenant").get(id=sid)
+    if locked.current_id is not None and getattr(locked.current, "id", None) != locked.current_id:
+        # PostgreSQL, after waiting for the lock of a schedule another change was editing, returns
+        # the schedule row as that change committed it, but its joined version from the snapshot
+        # the statement began with, where the new version does not exist yet: read it again.
+        locked.current = ScheduleVersion.objects.get(id=locked.current_id)
+    return locked
 
 
 def _require_live(schedule: Schedule) -> None:
