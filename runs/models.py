@@ -366,6 +366,9 @@ class OutboxEvent(models.Model):
             models.UniqueConstraint(fields=["event_id", "created_at"], name="outbox_event_id_unique"),
         ]
 
+    def __str__(self):
+        return f"{self.kind} of run {self.run_id}" if self.run_id else self.kind
+
 
 # The longest retention a tenant's own policy may set (a century). Retention subtracts the period
 # from now; a period beyond what a datetime can hold (e.g. 2,000,000,000 days) made every retention

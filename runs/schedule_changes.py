@@ -14,6 +14,7 @@ Which module owns which change:
 
 import uuid
 from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -26,7 +27,7 @@ from runs.queue import insert_runs
 from runs.services import cancel_unstarted
 from runs.store import store
 from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict, ServiceError, StaleVersion, ValidationFailed
+from scheduler_project.errors import Conflict, EditConflict, ServiceError, StaleVersion, ValidationFailed
 from scheduler_project.notify import SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
@@ -160,7 +161,13 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
 
 def _locked(schedule) -> Schedule:
     sid = getattr(schedule, "id", schedule)
-    return Schedule.objects.select_for_update(of=("self",)).select_related("current", "tenant").get(id=sid)
+    locked = Schedule.objects.select_for_update(of=("self",)).select_related("current", "tenant").get(id=sid)
+    if locked.current_id is not None and getattr(locked.current, "id", None) != locked.current_id:
+        # PostgreSQL, after waiting for the lock of a schedule another change was editing, returns
+        # the schedule row as that change committed it, but its joined version from the snapshot
+        # the statement began with, where the new version does not exist yet: read it again.
+        locked.current = ScheduleVersion.objects.get(id=locked.current_id)
+    return locked
 
 
 def _require_live(schedule: Schedule) -> None:
@@ -194,18 +201,63 @@ def _record_unmaterialised(schedule: Schedule, *, now: datetime, reason: str) ->
     return len(insert_runs(triples))
 
 
+def fields_changed(before: dict, after: dict) -> dict:
+    """{field: (before, after)} for each versioned field that differs."""
+    return {k: (before.get(k), after.get(k)) for k in VERSIONED_DEFAULTS if before.get(k) != after.get(k)}
+
+
+def _version_fields(schedule: Schedule, number) -> dict | None:
+    """The fields of one of the schedule's versions, or None if it never had that version."""
+    version = ScheduleVersion.objects.filter(schedule_id=schedule.id, version=number).first() \
+        if isinstance(number, int) else None
+    return version_fields(version) if version else None
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What a merged edit did: `mine`, the fields written (the editor changed them from the version
+    they loaded, to values the current version does not already have); `kept`, the fields others
+    changed since, left as they are now."""
+
+    base_version: int
+    mine: tuple
+    kept: tuple
+
+
 @transaction.atomic
-def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bool | None = None, by: Actor) -> Schedule:
+def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bool | None = None, by: Actor,
+                  merge: bool = False) -> Schedule:
     """Apply an edit made against `expected_version`. A change to any versioned field makes a new
     immutable version and cancels the older versions' runs that have not started (superseded);
-    runs already leased or waiting to retry finish under their own version."""
+    runs already leased or waiting to retry finish under their own version.
+
+    A stale `expected_version` (someone saved in between) is refused with StaleVersion, which
+    says field by field what changed since. With `merge` (a form that posts every field as its
+    editor saw them), it is merged three ways instead: base = the expected version, theirs = the
+    current one, mine = `changes`. Only the fields the editor changed from the base are written,
+    so a colleague's change to another field stays; a field both changed to different values
+    raises EditConflict and saves nothing (the editor must choose). The merge is recorded on the
+    returned schedule as `schedule.merged` (a Merged), None when the edit was not stale."""
     schedule = _locked(schedule)
     _require_live(schedule)
-    if expected_version != schedule.version:
-        raise StaleVersion(schedule.version)
-    now = db_now()
     current = version_fields(schedule.current)
+    schedule.merged = None
+    if expected_version != schedule.version:
+        base = _version_fields(schedule, expected_version)
+        theirs = fields_changed(base, current) if base is not None else None
+        if not merge or base is None:
+            raise StaleVersion(schedule.version, expected_version=expected_version, changed_since=theirs)
+        mine = {k: v for k, v in changes.items() if k in VERSIONED_DEFAULTS and base.get(k) != v}
+        conflicts = {k: {"base": base[k], "theirs": current[k], "mine": v}
+                     for k, v in mine.items() if k in theirs and v != current[k]}
+        if conflicts:
+            raise EditConflict(schedule.version, expected_version=expected_version, changed_since=theirs,
+                               conflicts=conflicts)
+        changes = mine
+    now = db_now()
     real = {k: v for k, v in changes.items() if current.get(k) != v}
+    if expected_version != schedule.version:
+        schedule.merged = Merged(expected_version, tuple(real), tuple(k for k in theirs if k not in real))
     if real:
         _record_unmaterialised(schedule, now=now, reason=Reason.SUPERSEDED)
         write_new_version(schedule, real, by=by, now=now)

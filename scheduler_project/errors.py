@@ -29,12 +29,31 @@ class Conflict(ServiceError):
 
 
 class StaleVersion(Conflict):
-    def __init__(self, current_version: int):
+    """An edit made against an older version. `changed_since` is {field: (value in the expected
+    version, value now)} for each versioned field that differs between the two, or None when the
+    expected version is not one the schedule ever had."""
+
+    def __init__(self, current_version: int, *, expected_version: int | None = None,
+                 changed_since: dict | None = None):
         super().__init__(
             f"expectedVersion is stale: the schedule is at version {current_version}",
             currentVersion=current_version,
         )
         self.current_version = current_version
+        self.expected_version = expected_version
+        self.changed_since = changed_since
+
+
+class EditConflict(StaleVersion):
+    """A merged edit (three-way: the version the editor loaded, the current one, the editor's
+    values) in which both sides changed a field to different values: nothing was saved, the
+    editor must choose. `conflicts` is {field: {"base": ..., "theirs": ..., "mine": ...}}."""
+
+    def __init__(self, current_version: int, *, expected_version: int, changed_since: dict, conflicts: dict):
+        super().__init__(current_version, expected_version=expected_version, changed_since=changed_since)
+        self.conflicts = conflicts
+        self.message = (f"version {current_version} changed {', '.join(conflicts)} since version "
+                        f"{expected_version}, and so did this edit: choose which value to keep")
 
 
 class PayloadTooLarge(ServiceError):

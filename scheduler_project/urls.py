@@ -7,8 +7,10 @@ from scheduler_project.web.health import metrics_view
 from scheduler_project.web.api import runs as runs_api
 from scheduler_project.web import health
 from scheduler_project.web.api import schedules as schedules_api
+from scheduler_project.web.api.root import api_root
 
 api_v1 = [
+    path("", api_root, name="api-root"),
     path("schedules", schedules_api.ScheduleListView.as_view(), name="api-schedules"),
     path("schedules/batch", __import__("scheduler_project.web.api.batch", fromlist=["x"]).ScheduleBatchView.as_view(), name="api-schedules-batch"),
     path("schedules/apply", __import__("scheduler_project.web.api.apply", fromlist=["x"]).ScheduleApplyView.as_view(), name="api-schedules-apply"),
@@ -29,6 +31,7 @@ api_v1 = [
 
 urlpatterns = [
     path("api/v1/", include(api_v1)),
+    path("api/v1", api_root),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),

@@ -112,6 +112,9 @@ class TenantMembership(models.Model):
             models.CheckConstraint(condition=Q(role__in=["viewer", "admin"]), name="membership_role_valid"),
         ]
 
+    def __str__(self):
+        return f"{self.user.get_username()} in {self.tenant.slug} ({self.role})"
+
 
 def hash_api_key(raw: str) -> str:
     # API keys are 256-bit random tokens, so a fast hash is enough (no password stretching needed)
@@ -301,6 +304,9 @@ class AuditEntry(models.Model):
         ordering = ["-at", "-id"]
         verbose_name_plural = "audit entries"
         indexes = [models.Index(fields=["tenant", "-at"], name="audit_tenant_at_idx")]
+
+    def __str__(self):
+        return f"{self.action} of {self.object_type} {self.object_id} by {self.actor}"
 
 
 class IdempotencyRecord(models.Model):

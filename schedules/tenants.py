@@ -96,10 +96,19 @@ def _clean_url(raw, *, field: str, what: str = "URL") -> str:
 def add_target_prefix(tenant: Tenant, prefix: str, *, by: Actor, max_concurrency=None) -> TargetPrefix:
     """Allow `prefix`; `max_concurrency` (a number, its text, or empty/None for no limit) caps the
     runs in flight to its host."""
-    prefix = _clean_url(prefix, field="Prefix", what="URL prefix")
-    if not prefix:
-        raise ValidationFailed({"Prefix": ["give an absolute http(s) URL prefix, e.g. https://hooks.example.com/"]})
-    limit = parse_cap(max_concurrency, field="Max concurrency")
+    errors: dict = {}
+    try:
+        prefix = _clean_url(prefix, field="Prefix", what="URL prefix")
+        if not prefix:
+            errors["Prefix"] = ["give an absolute http(s) URL prefix, e.g. https://hooks.example.com/"]
+    except ValidationFailed as e:
+        errors.update(e.errors)
+    try:
+        limit = parse_cap(max_concurrency, field="Max concurrency")
+    except ValidationFailed as e:
+        errors.update(e.errors)  # said together with a bad prefix, not on the next try
+    if errors:
+        raise ValidationFailed(errors)
     target, created = TargetPrefix.objects.get_or_create(
         tenant=tenant, prefix=prefix, defaults={"max_concurrency": limit}
     )
@@ -179,25 +188,33 @@ def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in
     `check_url(url) -> problem or None` is a further check of a new webhook URL that this app
     cannot make itself: whether the addresses it leads to are ones the outbound client will call
     (that policy is dispatch.safehttp's; the portal passes it in)."""
-    changes = {}
-    if notification_url is not UNCHANGED:
-        changes["notification_url"] = _clean_url(notification_url, field="Notification webhook URL")
-    if max_in_flight is not UNCHANGED:
-        changes["max_in_flight"] = parse_cap(max_in_flight, field="Max runs in flight")
-    if max_schedules is not UNCHANGED:
-        changes["max_schedules"] = parse_cap(max_schedules, field="Schedule quota", maximum=MAX_QUOTA)
-    if max_subminute_schedules is not UNCHANGED:
-        changes["max_subminute_schedules"] = parse_cap(
-            max_subminute_schedules, field="Sub-minute schedule quota", maximum=MAX_QUOTA)
+    changes, errors = {}, {}
+
+    def read(name, parse, raw, **how):
+        # Every value is read, so a form is told all of its problems at once, not one per save.
+        if raw is UNCHANGED:
+            return
+        try:
+            changes[name] = parse(raw, **how)
+        except ValidationFailed as e:
+            for field, messages in e.errors.items():
+                errors.setdefault(field, []).extend(messages)
+
+    read("notification_url", _clean_url, notification_url, field="Notification webhook URL")
+    read("max_in_flight", parse_cap, max_in_flight, field="Max runs in flight")
+    read("max_schedules", parse_cap, max_schedules, field="Schedule quota", maximum=MAX_QUOTA)
+    read("max_subminute_schedules", parse_cap, max_subminute_schedules, field="Sub-minute schedule quota",
+         maximum=MAX_QUOTA)
     changed = {k: v for k, v in changes.items() if getattr(tenant, k) != v}
-    if not changed:
-        return tenant
     if check_url and changed.get("notification_url"):
-        # Last, after every other value was read: it may resolve a name, and a form with a bad cap
-        # should say so whatever the URL.
+        # Last, after every other value was read: it may resolve a name.
         problem = check_url(changed["notification_url"])
         if problem:
-            raise ValidationFailed({"Notification webhook URL": [problem]})
+            errors.setdefault("Notification webhook URL", []).append(problem)
+    if errors:
+        raise ValidationFailed(errors)
+    if not changed:
+        return tenant
     before = {k: getattr(tenant, k) for k in changed}
     for k, v in changed.items():
         setattr(tenant, k, v)

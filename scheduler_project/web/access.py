@@ -50,6 +50,17 @@ MEMBER_CAPABILITIES = frozenset({"operate_runs", "operate_schedules", "manage_ke
                                  "rotate_secret", "view_secret"})
 ROLE_OPERATOR = "Operator"
 ROLE_READ_ONLY = "Read-only operator"
+# What each capability lets a person do, for the 403 page that says which role is needed.
+CAPABILITY_TEXT = {
+    "view_all": "Seeing every tenant",
+    "operate_runs": "Retrying and canceling runs",
+    "operate_schedules": "Creating, editing, pausing, triggering and archiving schedules",
+    "manage_keys": "Managing API keys",
+    "manage_tenants": "Changing tenant settings",
+    "manage_members": "Managing a tenant's members",
+    "rotate_secret": "Rotating a tenant's signing secret",
+    "view_secret": "Seeing a tenant's signing secret",
+}
 
 
 def _active(user) -> bool:
@@ -109,9 +120,24 @@ def operable_tenant_ids(user, capability: str) -> list | None:
     return _admin_tenant_ids(user)
 
 
+def needed_role_text(user, capability: str, tenant_id=None) -> str:
+    """Which role `capability` needs, and which one the user has: what the 403 page says."""
+    needed = f"the {ROLE_OPERATOR} role"
+    if capability in MEMBER_CAPABILITIES:
+        needed += ", or the admin role in this tenant"
+    text = f"{CAPABILITY_TEXT.get(capability, capability.replace('_', ' ').capitalize())} needs {needed}."
+    role_here = member_role(user, tenant_id) if tenant_id is not None else None
+    if role_here:
+        text += f" Your account is a {role_here} in this tenant."
+    elif is_operator(user) and not user.is_superuser:
+        groups = ", ".join(sorted(user.groups.values_list("name", flat=True))) or "no role"
+        text += f" Your account is an operator with: {groups}."
+    return text
+
+
 def require(user, capability: str, tenant_id=None) -> None:
     if not can(user, capability, tenant_id):
-        raise PermissionDenied(f"your account may not {capability.replace('_', ' ')}")
+        raise PermissionDenied(needed_role_text(user, capability, tenant_id))
 
 
 def is_operator(user) -> bool:

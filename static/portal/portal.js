@@ -49,6 +49,14 @@
   document.addEventListener("htmx:afterRequest", function (e) {
     if (e.detail.successful) { requestNotice(null); }
   });
+  // The time-display form returns to the page it was on: to the address as it is now, with the
+  // filters and page that htmx has put in it since the page was drawn.
+  document.addEventListener("submit", function (e) {
+    var next = e.target.matches("form.tzpref") && e.target.querySelector("input[name=next]");
+    if (next) {
+      next.value = location.pathname + location.search;
+    }
+  });
   document.addEventListener("change", function (e) {
     var el = e.target;
     if (el.matches("select[data-autosubmit]") && el.form) {

@@ -6,13 +6,16 @@ schedules archived, so their history stays."""
 import json
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
 
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.access import has_operator_permission
 from scheduler_project.web.portal.display import headers_shown, masked_change
 from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
-from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleVersion, TargetPrefix, Tenant, TenantMembership
+from schedules.models import (ApiKey, AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant,
+                              TenantMembership)
 
 
 class TargetPrefixInline(OperatorInline):
@@ -111,7 +114,7 @@ class ScheduleAdmin(OperatorAdmin):
     list_select_related = ("tenant",)
     show_full_result_count = False
     inlines = [VersionInline]
-    actions = ["pause", "resume"]
+    actions = ["pause", "resume", "archive"]
     # Edits go through the API or the portal so that they make a new version; the admin reads.
     readonly_fields = [f.name for f in Schedule._meta.fields]
 
@@ -142,6 +145,24 @@ class ScheduleAdmin(OperatorAdmin):
         from runs.schedule_changes import resume_schedule
 
         self._each(request, queryset.filter(enabled=False), resume_schedule, "resumed")
+
+
+    @admin.action(description="Archive selected schedules…", permissions=["operate_schedules"])
+    def archive(self, request, queryset):
+        """Asks first (a page listing them, as Django's delete does), then archives each through
+        runs.schedule_changes.archive_schedule, the API's and the portal's entry point (audited)."""
+        from runs.schedule_changes import archive_schedule
+
+        live = queryset.exclude(status=ScheduleStatus.ARCHIVED)
+        if request.POST.get("post") != "yes":
+            return TemplateResponse(request, "admin/schedules/archive_confirmation.html", {
+                **self.admin_site.each_context(request), "title": "Archive schedules?", "opts": self.model._meta,
+                "schedules": list(live.select_related("tenant")[:1000]),
+                "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            })
+        self._each(request, live, archive_schedule, "archived")
+        return None
 
 
 @admin.register(ScheduleVersion)

@@ -16,7 +16,7 @@ from runs import schedule_changes
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.web.clientaddr import client_address
 from scheduler_project.dbclock import db_now, request_now
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.errors import StaleVersion, ValidationFailed
 from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.params import parse_uuid
 from schedules import timeexpr
@@ -41,6 +41,7 @@ from scheduler_project.web.api.schedule_serializers import (
     ScheduleIn,
     ScheduleOut,
     SchedulePatchIn,
+    changed_since_json,
     occurrence_json,
     schedule_json,
     to_fields,
@@ -242,13 +243,20 @@ class ScheduleDetailView(ApiView):
         body = SchedulePatchIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        schedule = schedule_changes.edit_schedule(
-            schedule,
-            expected_version=data["expectedVersion"],
-            changes=to_fields(data),
-            enabled=data.get("enabled"),
-            by=actor(request),
-        )
+        try:
+            schedule = schedule_changes.edit_schedule(
+                schedule,
+                expected_version=data["expectedVersion"],
+                changes=to_fields(data),
+                enabled=data.get("enabled"),
+                by=actor(request),
+            )
+        except StaleVersion as e:
+            # Field by field what changed since the version the client read, so it can re-apply
+            # its change on purpose instead of overwriting a colleague's.
+            return Response({"error": e.message, "currentVersion": e.current_version,
+                             "expectedVersion": e.expected_version,
+                             "changedSince": changed_since_json(e.changed_since)}, status=409)
         return Response(schedule_json(Schedule.objects.select_related("current").get(id=schedule.id)))
 
     @operation(

@@ -3,7 +3,7 @@
 from scheduler_project.web.access import can, is_operator, portal_view, scope, visible_tenants
 from schedules.models import AuditEntry
 from scheduler_project.web.pagination import AUDIT_PAGES
-from scheduler_project.web.portal.common import keyset_page, parse_uuid, render_view
+from scheduler_project.web.portal.common import FilterProblems, keyset_page, render_view
 
 
 @portal_view
@@ -15,11 +15,12 @@ def audit_log(request):
         if value:
             qs = qs.filter(**{lookup: value})
             f[name] = value
-    tenant = parse_uuid(request.GET.get("tenant"))
+    problems = FilterProblems()
+    tenant = problems.uuid(request.GET, "tenant", "Tenant")
     if tenant:
         qs = qs.filter(tenant_id=tenant)
         f["tenant"] = str(tenant)
-    page = keyset_page(AUDIT_PAGES, qs, request.GET.get("after"))
+    page = keyset_page(AUDIT_PAGES, qs.none() if problems else qs, request.GET.get("after"))
     # Target header values (often credentials) only for those who may edit the schedule, as on
     # the schedule pages; everyone else sees them masked.
     allowed = {}
@@ -29,4 +30,5 @@ def audit_log(request):
         e.reveal_headers = allowed[e.tenant_id]
     return render_view(request, "audit/list.html", {
         "page": page, "f": f, "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
-    }, partial="results")
+        "filter_errors": problems,
+    }, partial="results", status=400 if problems else 200)

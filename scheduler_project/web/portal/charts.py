@@ -146,17 +146,33 @@ def _nice_max(value: float) -> float:
     return 10 * exp
 
 
+# Each label's text at most, so neighbours a quarter of the chart apart never overlap (a 12-unit
+# font in the 480-unit viewBox is about 7 units a character; a quarter of the plot is 107).
+MAX_LABEL_CHARS = 11
+
+
+def _label_texts(s: Series, tz, indexes: list) -> list:
+    """Wall times; the day's first label carries its date too (a date on a middle label would
+    reach the first one), and the last names the zone."""
+    out = []
+    for k, i in enumerate(indexes):
+        full = format_in(s.points[i].start, tz, "short")  # "2026-03-08 14:30 CET"
+        out.append(f"{full[5:10]} {full[11:16]}" if k == 0 and s.name != "hour" else full[11:16])
+    zone = format_in(s.points[indexes[-1]].start, tz, "short")[17:]
+    if zone and len(out[-1]) + 1 + len(zone) <= MAX_LABEL_CHARS:
+        out[-1] = f"{out[-1]} {zone}"
+    return out
+
+
 def _x_labels(s: Series, tz, plot_w: float) -> str:
-    """Four or five time labels under the bars; the first and last kept inside the chart."""
+    """Five time labels under the bars (whole quarters of the range, then the last); the first
+    and last kept inside the chart."""
     out = []
     n = len(s.points)
     ticks = 4
-    for k in range(ticks + 1):
-        i = min(n - 1, k * n // ticks)  # whole quarters of the range (:00, :15, :30, :45), then the last
-        p = s.points[i]
+    indexes = [min(n - 1, k * n // ticks) for k in range(ticks + 1)]
+    for k, (i, text) in enumerate(zip(indexes, _label_texts(s, tz, indexes))):
         x = LEFT + (i + 0.5) * plot_w / n
-        text = format_in(p.start, tz, "short")
-        text = text[11:] if s.name == "hour" else text[5:]
         anchor = "start" if k == 0 else ("end" if k == ticks else "middle")
         if k == 0:
             x = LEFT

@@ -32,6 +32,33 @@ def parse_when(raw: str | None):
     return dt if EARLIEST <= dt < LATEST else None
 
 
+class FilterProblems(dict):
+    """{query parameter: message} for filter values a list cannot apply. A list view that has any
+    answers 400 with the messages and no rows: the API refuses the same values, and showing the
+    unfiltered list instead would look like the filter's result."""
+
+    def choice(self, params, name: str, label: str, choices) -> str:
+        raw = str(params.get(name, "") or "").strip()
+        if raw and raw not in choices:
+            self[name] = f"{label} {raw[:40]!r} is not one of {', '.join(choices)}"
+            return ""
+        return raw
+
+    def uuid(self, params, name: str, label: str):
+        raw = str(params.get(name, "") or "").strip()
+        value = parse_uuid(raw)
+        if raw and value is None:
+            self[name] = f"{label} {raw[:40]!r} is not an id"
+        return value
+
+    def when(self, params, name: str, label: str):
+        raw = str(params.get(name, "") or "").strip()
+        value = parse_when(raw)
+        if raw and value is None:
+            self[name] = f"{label} {raw[:40]!r} is not a date and time {WHEN_RANGE_TEXT}"
+        return value
+
+
 def keyset_page(keyset: Keyset, qs, cursor: str | None, *, size: int | None = None) -> Page:
     """One page of a portal list (`?after=` carries the cursor). A cursor that does not belong
     to this list (edited, or pasted from another) shows the first page instead of an error."""
@@ -60,7 +87,8 @@ def service_message(e: ServiceError) -> str:
         for field, errors in e.errors.items():
             for error in errors:
                 parts.append(error if field in ("body", "__all__") else f"{field[:1].upper()}{field[1:]}: {error}")
-        return " ".join(parts)
+        # Several messages at once (a form is told all its problems): each ends as a sentence.
+        return " ".join(p if p.endswith((".", "!", "?")) else f"{p}." for p in parts)
     return e.message
 
 

@@ -17,7 +17,7 @@ from django.utils.http import urlencode
 from runs import services
 from runs.models import Run, RunState
 from schedules.models import Schedule
-from scheduler_project.web.portal.runs import run_filters, runs_page, _tenant_ids_for_merge
+from scheduler_project.web.portal.runs import filter_problems, run_filters, runs_page, _tenant_ids_for_merge
 from scheduler_project.web.access import actor_for, is_operator, operable_tenant_ids, portal_view, scope, visible_tenants
 from scheduler_project.errors import ServiceError
 from scheduler_project.web.portal.common import parse_uuid, render_view
@@ -100,17 +100,29 @@ def _groups(qs, tenant_ids) -> Groups:
 @portal_view
 def dlq(request):
     view_name = _view_name(request)
+    problems = _problems(request.GET)
     qs, values = _filtered(request, view_name, request.GET)
+    can_operate = operable_tenant_ids(request.user, "operate_runs") != []
+    ctx = {"view": view_name, "f": values, "filter_errors": problems, "tenants": visible_tenants(request.user),
+           "is_operator": is_operator(request.user), "bulk_limit": BULK_LIMIT, "can_operate": can_operate,
+           "back": _back_from(view_name, values)}
+    if problems:
+        return render_view(request, "runs/dlq.html", ctx, partial="results", status=400)
     tenant_ids = _tenant_ids_for_merge(request, values)
     page = runs_page(qs, request.GET.get("after"), tenant_ids)
-    can_operate = operable_tenant_ids(request.user, "operate_runs") != []
     # Bounded: the count the "all matching" button states, at most one past the bulk limit.
     matching = qs.order_by()[: BULK_LIMIT + 1].count() if can_operate else 0
     return render_view(request, "runs/dlq.html", {
-        "view": view_name, "f": values, "groups": _groups(qs, tenant_ids), "page": page, "matching": matching,
-        "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
-        "bulk_limit": BULK_LIMIT, "can_operate": can_operate, "back": _back_from(view_name, values),
+        **ctx, "groups": _groups(qs, tenant_ids), "page": page, "matching": matching,
     }, partial="results")
+
+
+def _problems(params):
+    """What filter_problems says, and a `view` that is not one of the queue's two."""
+    problems = filter_problems(params)
+    problems.pop("state", None)  # the view decides the state; a state parameter is not read here
+    problems.choice(params, "view", "View", list(VIEWS))
+    return problems
 
 
 def _back_from(view_name, values) -> str:
@@ -151,6 +163,11 @@ def dlq_action(request):
     if action not in ACTIONS:
         messages.error(request, "Choose retry or cancel.")
         return redirect(back)
+    problems = _problems(request.POST) if request.POST.get("scope") == "filter" else None
+    if problems:
+        # Never "every run" in place of a filter that could not be read.
+        messages.error(request, f"Nothing was done: {'; '.join(problems.values())}.")
+        return redirect(reverse("runs-dlq") + "?" + urlencode({"view": view_name}))
     service, states, done_word = ACTIONS[action]
     targets = _targets(request, view_name, action)
     ids = list(targets.values_list("id", flat=True)[: BULK_LIMIT + 1])

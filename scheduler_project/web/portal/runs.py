@@ -15,7 +15,7 @@ from scheduler_project.errors import ValidationFailed
 from scheduler_project.web.pagination import RUN_PAGES, Page
 from scheduler_project.web.portal import common
 from scheduler_project.web.portal.display import headers_shown
-from scheduler_project.web.portal.common import (Confirm, call_service, confirm_response, confirmed, keyset_page,
+from scheduler_project.web.portal.common import (Confirm, FilterProblems, call_service, confirm_response, confirmed, keyset_page,
                                                  parse_uuid, parse_when, render_view)
 
 # With more tenants than this in view, the per-tenant merge below stops paying for itself.
@@ -50,6 +50,17 @@ def run_filters(params, qs):
         qs = qs.filter(scheduled_time__lt=end)
         values["to"] = params["to"]
     return qs, values
+
+
+def filter_problems(params) -> FilterProblems:
+    """The values of run_filters' parameters it cannot apply (run_filters leaves them out)."""
+    problems = FilterProblems()
+    problems.choice(params, "state", "State", RunState.values)
+    problems.uuid(params, "tenant", "Tenant")
+    problems.uuid(params, "schedule", "Schedule")
+    problems.when(params, "from", "Scheduled from")
+    problems.when(params, "to", "Scheduled to")
+    return problems
 
 
 def runs_page(qs, raw_cursor, tenant_ids, *, size: int | None = None) -> Page:
@@ -88,14 +99,15 @@ def _tenant_ids_for_merge(request, values):
 @portal_view
 def run_list(request):
     qs, values = run_filters(request.GET, _runs(request))
-    page = runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
+    problems = filter_problems(request.GET)
+    page = Page([], None) if problems else runs_page(qs, request.GET.get("after"), _tenant_ids_for_merge(request, values))
     schedule = None
     if "schedule" in values:
         schedule = scope(Schedule.objects.all(), request.user).filter(id=values["schedule"]).first()
     return render_view(request, "runs/list.html", {
         "page": page, "f": values, "states": RunState.values, "tenants": visible_tenants(request.user),
-        "schedule": schedule,
-    }, partial="results")
+        "schedule": schedule, "filter_errors": problems,
+    }, partial="results", status=400 if problems else 200)
 
 
 def _detail_context(request, run, **extra):

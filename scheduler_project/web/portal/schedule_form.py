@@ -26,7 +26,7 @@ from rest_framework.exceptions import ParseError
 
 from runs import schedule_changes
 from scheduler_project.dbclock import db_now
-from scheduler_project.errors import PayloadTooLarge, ServiceError, StaleVersion, ValidationFailed
+from scheduler_project.errors import EditConflict, PayloadTooLarge, ServiceError, StaleVersion, ValidationFailed
 from scheduler_project.web.api.errors import check_json_value
 from scheduler_project.web.access import actor_for, get_scoped, operable_tenant_ids, portal_view, require, scope
 from scheduler_project.web.portal.common import parse_uuid, parse_when, render_view
@@ -34,7 +34,8 @@ from scheduler_project.web.portal.display import TimePrefs
 from scheduler_project.web.textinput import long_value_limit
 from schedules import timeexpr
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, Tenant
-from schedules.services import TARGET_METHODS, VERSIONED_DEFAULTS, default_timeout_seconds
+from schedules.services import (TARGET_METHODS, VERSIONED_DEFAULTS, default_timeout_seconds, validate_fields,
+                                version_fields)
 
 PREVIEW_COUNT = 10
 DST_SKIPPED = ("next_valid", "shift", "skip")
@@ -251,6 +252,8 @@ def schedule_create(request):
     if tenant is None:
         errors["tenant"] = "choose a tenant you may create schedules in"
     ctx = dict(tenants=tenant_list, creating=True, prefixes=_prefixes(tenant_list))
+    if errors and not request.POST.get("preview"):
+        check_all(tenant, given, errors, base={})
     if errors or request.POST.get("preview"):
         return render_view(request, "schedules/form.html", _form_context(request, values, errors, **ctx),
                            status=400 if errors else 200)
@@ -270,6 +273,96 @@ def _prefixes(tenants) -> dict:
     return {t.slug: [p.prefix for p in t.targets.all()] for t in tenants}
 
 
+# What the form calls each versioned field, for the conflict panel.
+LABELS = {
+    "name": "Name", "expression": "Expression", "time_zone": "Time zone", "payload": "Payload",
+    "target_url": "URL", "target_method": "Method", "target_headers": "Headers",
+    "target_timeout_seconds": "Timeout", "misfire_policy": "Misfire policy", "catchup_limit": "Catch-up limit",
+    "misfire_grace_seconds": "Misfire grace", "overlap_policy": "Overlap policy", "max_attempts": "Attempts",
+    "backoff_base_seconds": "Backoff from", "backoff_max_seconds": "Backoff up to",
+    "dst_skipped": "A skipped local time", "dst_repeated": "A repeated local time", "start_at": "Start",
+    "end_at": "End",
+}
+
+
+def _when_text(value) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%S") if value else ""
+
+
+def _field_text(name: str, value) -> str:
+    """A field's value as the form writes it."""
+    if name == "payload":
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    if name == "target_headers":
+        return headers_text(value)
+    if name in ("start_at", "end_at"):
+        return _when_text(value)
+    return "" if value is None else str(value)
+
+
+def _form_values(fields: dict, version: int) -> dict:
+    """The form's values for a full set of versioned fields."""
+    values = {name: fields.get(name) for name in VERSIONED_DEFAULTS}
+    values.update(payload=_field_text("payload", fields["payload"]),
+                  target_headers=_field_text("target_headers", fields["target_headers"]), version=version,
+                  start_at_text=_when_text(fields["start_at"]), end_at_text=_when_text(fields["end_at"]))
+    return values
+
+
+def label(name: str) -> str:
+    return LABELS.get(name, name.replace("_", " ").capitalize())
+
+
+def check_all(tenant, given: dict, errors: dict, *, base: dict, schedule=None) -> None:
+    """Add to `errors` what the service would refuse among the values the form could read, so a
+    form shows all of its errors at once instead of in rounds (the service's checks ran only
+    after the form's own). `base` fills the fields that could not be read."""
+    if tenant is None:
+        return
+    readable = {k: v for k, v in given.items() if k not in errors}
+    fields = {**VERSIONED_DEFAULTS, **base, **readable}
+    try:
+        validate_fields(tenant, fields, now=db_now(), schedule=schedule, quotas=False)
+    except ServiceError as e:
+        for name, message in service_errors(e).items():
+            errors.setdefault(name, message)
+
+
+def _resolve_choices(request, given: dict, errors: dict, shown: dict | None) -> None:
+    """After a conflict the form asks, for each field both sides changed, which value to keep:
+    "theirs" takes the value of the version the form now edits (`shown`); "mine" keeps the field
+    as posted. No choice is no save."""
+    names = [n for n in request.POST.get("conflicts", "").split(",") if n in VERSIONED_DEFAULTS]
+    for name in names:
+        choice = request.POST.get(f"keep_{name}")
+        if choice == "theirs" and shown is not None:
+            given[name] = shown[name]
+        elif choice != "mine":
+            errors[name] = f"{label(name)}: both you and a colleague changed it; choose which value to keep"
+
+
+def _conflict_context(e: EditConflict, given: dict, current: dict, current_by: str) -> tuple[dict, dict, list]:
+    """(values, errors, conflicts) for the form shown again after a conflicting merge: every field
+    as the current version has it, except the ones this editor changed, which keep their value;
+    a field both changed shows both values and a choice."""
+    base = {**current, **{k: before for k, (before, _) in e.changed_since.items()}}
+    merged = dict(current)
+    for k, v in given.items():
+        if k in VERSIONED_DEFAULTS and base.get(k) != v:
+            merged[k] = v
+    values = _form_values(merged, e.current_version)
+    conflicts = [{"name": k, "label": label(k), "base": _field_text(k, c["base"]), "theirs": _field_text(k, c["theirs"]),
+                  "mine": _field_text(k, c["mine"])} for k, c in e.conflicts.items()]
+    kept = [label(k) for k in e.changed_since if k not in e.conflicts]
+    text = (f"{current_by or 'Someone'} saved version {e.current_version} while you were editing version "
+            f"{e.expected_version}, and changed {', '.join(c['label'] for c in conflicts)} too. Nothing is saved yet: "
+            "choose below which value to keep for each, then save.")
+    if kept:
+        text += f" Their other changes ({', '.join(kept)}) are in the form and stay."
+    errors = {"form": text, **{c["name"]: "choose which value to keep" for c in conflicts}}
+    return values, errors, conflicts
+
+
 @portal_view
 def schedule_edit(request, pk):
     schedule = get_scoped(scope(Schedule.objects.select_related("tenant", "current"), request.user), request.user,
@@ -277,12 +370,7 @@ def schedule_edit(request, pk):
     require(request.user, "operate_schedules", schedule.tenant_id)
     ctx = dict(schedule=schedule, creating=False, prefixes=_prefixes([schedule.tenant]))
     if request.method != "POST":
-        v = schedule.current
-        values = {name: getattr(v, name) for name in VERSIONED_DEFAULTS}
-        values.update(payload=json.dumps(v.payload, indent=2, ensure_ascii=False),
-                      target_headers=headers_text(v.target_headers), version=schedule.version,
-                      start_at_text=v.start_at.strftime("%Y-%m-%dT%H:%M:%S") if v.start_at else "",
-                      end_at_text=v.end_at.strftime("%Y-%m-%dT%H:%M:%S") if v.end_at else "")
+        values = _form_values(version_fields(schedule.current), schedule.version)
         return render_view(request, "schedules/form.html", _form_context(request, values, {}, **ctx))
     given, errors = parse_form(request.POST)
     values = _values_from_post(request.POST, given)
@@ -291,25 +379,54 @@ def schedule_edit(request, pk):
     except ValueError:
         expected = None
         errors["form"] = "reload the page: the form does not say which version it edits"
+    shown = schedule.versions.filter(version=expected).first() if expected is not None else None
+    shown_fields = version_fields(shown) if shown else version_fields(schedule.current)
+    _resolve_choices(request, given, errors, shown_fields if shown else None)
+    if errors and not request.POST.get("preview"):
+        check_all(schedule.tenant, given, errors, base=shown_fields, schedule=schedule)
     if errors or request.POST.get("preview"):
+        if request.POST.get("conflicts"):
+            ctx["conflicts"] = _conflicts_again(request, shown_fields)
         return render_view(request, "schedules/form.html", _form_context(request, values, errors, **ctx),
                            status=400 if errors else 200)
     try:
-        schedule_changes.edit_schedule(schedule, expected_version=expected, changes=given, by=actor_for(request))
+        # merge: the form posts every field; a stale form writes only what its editor changed.
+        schedule = schedule_changes.edit_schedule(schedule, expected_version=expected, changes=given,
+                                                  by=actor_for(request), merge=True)
+    except EditConflict as e:
+        current = Schedule.objects.select_related("current").get(id=schedule.id).current
+        values, errors, conflicts = _conflict_context(e, given, version_fields(current), current.created_by)
+        return render_view(request, "schedules/form.html",
+                           _form_context(request, values, errors, conflicts=conflicts, **ctx), status=409)
     except StaleVersion as e:
-        # Someone saved first: show what they typed against the new version, to save again on purpose.
+        # The version the form was loaded from is not one this schedule has (an edited form).
         values["version"] = e.current_version
         return render_view(request, "schedules/form.html", _form_context(request, values, {
-            "form": f"Someone else saved version {e.current_version} while you were editing. Your changes are "
-                       "below, not saved: look at the schedule's version history, then save again to apply them "
-                       "on top of it."}, **ctx), status=400)
+            "form": f"This form edits a version the schedule does not have; it is at version {e.current_version}. "
+                    "Reload the page to edit the current version."}, **ctx), status=409)
     except ServiceError as e:
         return render_view(request, "schedules/form.html", _form_context(request, values, service_errors(e), **ctx),
                            status=400)
-    schedule.refresh_from_db()
-    if schedule.version == expected:
-        messages.info(request, "Nothing changed: the form is the same as the current version.")
+    merged = schedule.merged
+    if merged and merged.mine:
+        kept = f" The changes saved meanwhile ({', '.join(label(k) for k in merged.kept)}) were kept." if merged.kept else ""
+        messages.success(request, f"Saved as version {schedule.version}, on top of the version saved while you were "
+                                  f"editing: only the fields you changed were written "
+                                  f"({', '.join(label(k) for k in merged.mine)}).{kept}")
+    elif schedule.version == expected or (merged and not merged.mine):
+        messages.info(request, "Nothing changed: you changed no field from the version you loaded.")
     else:
         messages.success(request, f"Saved as version {schedule.version}. Runs of older versions that had not "
                                   "started were canceled; runs in flight finish under their own version.")
     return redirect("schedules-detail", pk=schedule.id)
+
+
+def _conflicts_again(request, shown: dict) -> list:
+    """The conflict panel again when a resolving form came back with errors (a choice missing)."""
+    out = []
+    for name in request.POST.get("conflicts", "").split(","):
+        if name in VERSIONED_DEFAULTS:
+            out.append({"name": name, "label": label(name), "base": _text(request.POST, f"base_{name}"),
+                        "theirs": _field_text(name, shown[name]), "mine": _text(request.POST, f"mine_{name}"),
+                        "chosen": request.POST.get(f"keep_{name}", "")})
+    return out

@@ -18,7 +18,7 @@ from scheduler_project.errors import ServiceError
 from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, operable_tenant_ids, portal_view,
                                           require, scope, visible_tenants)
 from scheduler_project.web.pagination import SCHEDULE_PAGES
-from scheduler_project.web.portal.common import (WHEN_RANGE_TEXT, Confirm, call_service, confirm_response, confirmed,
+from scheduler_project.web.portal.common import (WHEN_RANGE_TEXT, Confirm, FilterProblems, call_service, confirm_response, confirmed,
                                                  keyset_page, parse_uuid, parse_when, render_view, service_message)
 from scheduler_project.web.portal.display import headers_shown, plural, schedule_figures
 from schedules import timeexpr
@@ -54,21 +54,22 @@ def schedule_list(request):
     if q:
         as_id = parse_uuid(q)
         qs = qs.filter(id=as_id) if as_id else qs.filter(name__icontains=q)
-    status = request.GET.get("status", "")
-    if status in STATUS_FILTERS:
+    problems = FilterProblems()
+    status = problems.choice(request.GET, "status", "Status", list(STATUS_FILTERS))
+    if status:
         qs = qs.filter(**STATUS_FILTERS[status])
-    tenant = parse_uuid(request.GET.get("tenant"))
+    tenant = problems.uuid(request.GET, "tenant", "Tenant")
     if tenant:
         qs = qs.filter(tenant_id=tenant)
-    page = keyset_page(SCHEDULE_PAGES, qs, request.GET.get("after"))
+    page = keyset_page(SCHEDULE_PAGES, qs.none() if problems else qs, request.GET.get("after"))
     figures = figures_for(page.rows)
     for s in page.rows:
         s.figures = figures.get(s.id)
     return render_view(request, "schedules/list.html", {
-        "page": page, "q": q, "status": status, "tenant": str(tenant or ""),
+        "page": page, "q": q, "status": status, "tenant": str(tenant or ""), "filter_errors": problems,
         "statuses": list(STATUS_FILTERS), "tenants": visible_tenants(request.user),
         "can_create": operable_tenant_ids(request.user, "operate_schedules") != [],
-    }, partial="results")
+    }, partial="results", status=400 if problems else 200)
 
 
 def next_occurrences(schedule: Schedule, count: int = PREVIEW_COUNT) -> list:
@@ -138,6 +139,14 @@ def _confirm_text(kind: str, schedule: Schedule) -> Confirm | None:
                  "is called once more, outside the schedule.",
             action=reverse("schedules-trigger", args=[schedule.id]), yes="Yes, trigger a run now",
             back=reverse("schedules-detail", args=[schedule.id]), target="schedule-actions")
+    if kind == "archive":
+        return Confirm(
+            title=f"Archive {name}?",
+            text="It makes no new runs from now on, and its runs that have not started yet are canceled. Runs "
+                 "already in flight finish. Its history (versions, runs, audit) is kept. An archived schedule "
+                 "cannot be resumed or edited: create a new one to start again.",
+            action=reverse("schedules-archive", args=[schedule.id]), yes="Yes, archive it",
+            back=reverse("schedules-detail", args=[schedule.id]), danger=True, target="schedule-actions")
     return None
 
 
@@ -169,6 +178,11 @@ schedule_pause = _action(schedule_changes.pause_schedule,
                          confirm="pause")
 schedule_resume = _action(schedule_changes.resume_schedule,
                           lambda s: "Resumed. The paused interval is not replayed (use a backfill for that).")
+schedule_archive = _action(
+    schedule_changes.archive_schedule,
+    lambda s: "Archived. Runs that had not started were canceled; nothing new will be made. The history is kept.",
+    confirm="archive",
+)
 schedule_trigger = _action(
     schedule_changes.trigger_schedule,
     lambda run: format_html('Triggered: run <a href="{}">{}</a> is ready now.', reverse("runs-detail", args=[run.id]), run.id),

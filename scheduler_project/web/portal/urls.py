@@ -22,6 +22,7 @@ urlpatterns = [
     path("schedules/<uuid:pk>/runs", schedules.schedule_runs, name="schedules-runs"),
     path("schedules/<uuid:pk>/pause", schedules.schedule_pause, name="schedules-pause"),
     path("schedules/<uuid:pk>/resume", schedules.schedule_resume, name="schedules-resume"),
+    path("schedules/<uuid:pk>/archive", schedules.schedule_archive, name="schedules-archive"),
     path("schedules/<uuid:pk>/trigger", schedules.schedule_trigger, name="schedules-trigger"),
     path("schedules/<uuid:pk>/backfill", schedules.schedule_backfill, name="schedules-backfill"),
     path("audit/", audit.audit_log, name="schedules-audit"),
