@@ -265,6 +265,16 @@ def _claimed(cur) -> list[Claimed]:
     return out
 
 
+def share_params(holding) -> dict:
+    """CLAIM_DUE_SQL's parameters for the default shares of a worker holding `holding`."""
+    return {
+        "tenant_cap": holding.tenant_cap, "host_cap": holding.host_cap,
+        "held_t": _uuid_array(holding.tenants), "held_tn": _int_array(holding.tenants.values()),
+        "held_ht": _uuid_array(k[0] for k in holding.hosts), "held_h": [k[1] for k in holding.hosts],
+        "held_hn": _int_array(holding.hosts.values()),
+    }
+
+
 def _int_array(values) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
@@ -581,10 +591,7 @@ class PostgresStore(PostgresHistory, PortableStore):
             floor = _live_floor(cur, by_primary_key=True)
             cur.execute(CLAIM_DUE_SQL[floor is not None], {
                 "worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift, "floor": floor,
-                "tenant_cap": holding.tenant_cap, "host_cap": holding.host_cap,
-                "held_t": _uuid_array(holding.tenants), "held_tn": _int_array(holding.tenants.values()),
-                "held_ht": _uuid_array(k[0] for k in holding.hosts), "held_h": [k[1] for k in holding.hosts],
-                "held_hn": _int_array(holding.hosts.values()),
+                **share_params(holding),
             })
             return _claimed(cur)
 
