@@ -37,11 +37,10 @@ from schedules.models import Tenant
 
 log = logging.getLogger("scheduler.worker")
 
-# Due runs are waiting that the last claim could not take (every one of them belongs to a tenant
-# or a target host holding its share of this worker's slots, or is locked by another worker): the
-# next claim waits until a good part of the slots is free, a NOTIFY, or this long, whichever is
-# first, instead of claiming again at once (a claim per finished call, or a spin when nothing
-# finishes).
+# Due runs are waiting that the last claim could not take while a tenant or a target holds its
+# share of this worker's slots: the next claim waits until a good part of the slots is free, a
+# NOTIFY, or this long, whichever is first, instead of claiming again at once (a claim per
+# finished call, or a spin when nothing finishes).
 CAPPED_WAIT_SECONDS = 0.25
 
 
@@ -395,10 +394,12 @@ class Worker:
                     await self._wait(self._slot, 0.1)
                     continue
                 seconds = await self._idle_seconds()
-                if seconds <= 0 and self.inflight:
-                    await self._wait_for_room()  # due, but not for this worker's claim now
+                if seconds <= 0 and self.inflight and self.holding.at_a_cap():
+                    await self._wait_for_room()  # due, but (likely) only runs of tenants at their share
                 else:
-                    await self._sleep(seconds if seconds > 0 else min(self.poll, CAPPED_WAIT_SECONDS))
+                    # Due runs another worker holds locked for a moment (a burst) are claimed
+                    # again at once, as before the shares.
+                    await self._sleep(seconds)
             await self._shutdown()
         finally:
             if listener:
