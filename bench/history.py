@@ -122,6 +122,7 @@ def wal_bytes(a, b) -> int:
 def queue_phase(qs, backend, tag):
     """claim + complete of QUEUE_RUNS due runs, batch 200: runs/s and PostgreSQL CPU per run; WAL per run."""
     from runs import queue
+    from runs.decisions import Holding
 
     since = C.db_now() - timedelta(minutes=1)
     C.load_due_runs(qs, QUEUE_RUNS, "date_trunc('second', now()) - interval '1 second'")
@@ -129,7 +130,7 @@ def queue_phase(qs, backend, tag):
     w0, pg0, t0 = wal_now(), C.proc_cpu(backend), time.perf_counter()
     done = 0
     while True:
-        claims = queue.claim(f"hist-{tag}", 200)
+        claims = queue.claim(f"hist-{tag}", 200, holding=Holding(200, 1.0, 1.0))  # shares off: whole batches
         if not claims:
             break
         queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200, latency_ms=1,

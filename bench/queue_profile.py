@@ -48,6 +48,7 @@ def main():
     from django.db import connection
 
     from runs import queue
+    from runs.decisions import Holding
 
     tenant = C.load_tenant("prof", "http://127.0.0.1:9/")
     s = C.load_schedules("qp", tenant, args.runs, target_url="http://127.0.0.1:9/run", next_run_at="now() + interval '10 days'")
@@ -69,7 +70,9 @@ def main():
                 t, cpu, pg = time.perf_counter(), time.process_time(), C.proc_cpu(backend)
                 with connection.execute_wrapper(timer):
                     if name == "claim":
-                        claims = queue.claim("prof", args.batch)
+                        # The claim of a worker with `batch` slots and the default shares off:
+                        # one tenant's runs fill each batch, as before the shares existed.
+                        claims = queue.claim("prof", args.batch, holding=Holding(args.batch, 1.0, 1.0))
                         out = claims
                     else:
                         out = queue.complete([

@@ -6,12 +6,17 @@ One step (`Relay.step`, or `relay_step()` for the loops):
    bounded UPDATE: nobody is listening, and leaving them would keep the outbox growing.
 2. **Claim** (one short transaction): lock up to a batch of due events with `FOR UPDATE SKIP
    LOCKED`, count the attempt and lease them by moving `next_attempt_at` to now + the visibility
-   timeout; commit. Another relay skips them while locked and ignores them while leased.
+   timeout; commit. Another relay skips them while locked and ignores them while leased. The
+   tenants this relay is still delivering to are left out.
 3. **Call** outside any transaction or lock, through `dispatch.safehttp` (one `SafeClient` per
-   relay, on the relay's own event loop): tenants in parallel, each tenant's events one by one
-   in order.
-4. **Record** (a second short transaction): delivered events get `published_at`; a failed one
-   gets `next_attempt_at` = now + backoff and `last_error`.
+   relay, on the relay's own event loop): one task per tenant, tenants in parallel, each
+   tenant's events one by one in order. The step lets them run for STEP_WAIT_SECONDS at most;
+   a tenant whose webhook is slow or hangs keeps its task running through the next steps (until
+   its time limit), and only its own events wait: the next steps record the other tenants'
+   outcomes and claim and deliver their new events meanwhile.
+4. **Record** (a second short transaction, for every tenant task that has ended): delivered
+   events get `published_at`; a failed one gets `next_attempt_at` = now + backoff and
+   `last_error`.
 
 A crash anywhere between 2 and 4 leaves the events unpublished with a lease that simply runs
 out, after which any relay claims them again: an event may be delivered twice (consumers
@@ -22,7 +27,8 @@ One request per event, not a JSON array: the `Idempotency-Key` header can then n
 (consumers that dedupe on that header, like our own API, need nothing else), one bad event
 cannot make a consumer reject its neighbours, and a consumer's 2xx means exactly one event.
 Per-tenant batching is in the order and the parallelism: a tenant's events go in id order on
-one connection, tenants in parallel.
+one connection, tenants in parallel, at most one delivery in flight per tenant (and
+SCHEDULER_RELAY_CONCURRENCY in all).
 
 A webhook that fails stops its tenant's deliveries for this step, and the relay holds that
 tenant back for the backoff (a circuit per tenant, in memory: other relays find out for
@@ -59,6 +65,12 @@ PRUNE_BATCH = 5000
 # Pruning is housekeeping: once a minute is plenty unless the last pass filled its batch.
 PRUNE_EVERY_SECONDS = 60.0
 BACKOFF_BASE_SECONDS = 1.0
+# A step lets the deliveries it started run this long at most before it records those that ended
+# and claims again; the others go on meanwhile. It bounds what a slow webhook adds to other
+# tenants' events (once per claim of the slow tenant's events: later steps do not wait for it).
+STEP_WAIT_SECONDS = 0.5
+# On close, deliveries in flight get this long to end and be recorded.
+CLOSE_WAIT_SECONDS = 2.0
 
 
 def _setting(name: str, default):
@@ -124,14 +136,17 @@ def mark_without_webhook(*, limit: int = MARK_BATCH) -> int:
     return OutboxEvent.objects.filter(id__in=ids, published_at__isnull=True).update(published_at=now)
 
 
-def claim_events(limit: int, *, visibility_seconds: float) -> tuple[list[Pending], bool]:
-    """Lease up to `limit` due events. Half the batch at most goes to retries (oldest due
-    first), the rest to events never tried (in id order), so a failing webhook's backlog cannot
-    crowd out fresh events and fresh events cannot starve retries. Returns (events, more may be
-    due)."""
+def claim_events(limit: int, *, visibility_seconds: float, skip_tenants=()) -> tuple[list[Pending], bool]:
+    """Lease up to `limit` due events, none of the tenants in `skip_tenants` (the relay's own
+    tenants still being delivered to). Half the batch at most goes
+    to retries (oldest due first), the rest to events never tried (in id order), so a failing
+    webhook's backlog cannot crowd out fresh events and fresh events cannot starve retries.
+    Returns (events, more may be due)."""
     with transaction.atomic():
         now = db_now()
         base = OutboxEvent.objects.filter(published_at__isnull=True)
+        if skip_tenants:
+            base = base.exclude(tenant_id__in=list(skip_tenants))
         retry_limit = max(1, limit // 2)
         retry_ids = list(
             base.filter(next_attempt_at__lte=now)
@@ -232,8 +247,9 @@ def prune_published(*, older_than_hours: float | None = None, limit: int = PRUNE
 
 
 class Relay:
-    """One relay: its event loop, its SafeClient and its per-tenant circuits. Not thread-safe:
-    one thread steps it (the `relay` command's, or the scheduler's relay thread)."""
+    """One relay: its event loop, its SafeClient, its per-tenant circuits and deliveries in
+    flight. Not thread-safe: one thread steps it (the `relay` command's, or the scheduler's relay
+    thread), and the event loop runs inside its steps."""
 
     name = "relay"
 
@@ -249,8 +265,9 @@ class Relay:
     ):
         self.batch = batch or _setting("SCHEDULER_RELAY_BATCH", 100)
         self.timeout = float(timeout_seconds or _setting("SCHEDULER_RELAY_TIMEOUT_SECONDS", 10))
-        # Longer than a step can take (sends start only in its first half, each ends within the
-        # timeout), so a live relay's events are never claimed by another one.
+        # Longer than a tenant's deliveries of one claim can take (sends start only in its first
+        # half, each ends within the timeout), so a live relay's events are never claimed by
+        # another one.
         self.visibility = max(
             float(visibility_seconds or _setting("SCHEDULER_RELAY_VISIBILITY_SECONDS", 120)), 2 * self.timeout + 5
         )
@@ -261,8 +278,14 @@ class Relay:
         self._client = client
         # tenant id -> (consecutive failures, monotonic time before which it is not called)
         self.circuits: dict[object, tuple[int, float]] = {}
+        # tenant id -> the task delivering that tenant's claimed events, in order (its outcomes).
+        # At most one per tenant: a tenant with deliveries in flight is left out of the next
+        # claims, so its events keep their order and a slow webhook holds only its own events.
+        self.deliveries: dict[object, asyncio.Task] = {}
+        # Sends in flight at once, all tenants together.
+        self._gate = asyncio.Semaphore(self.concurrency)
         self._next_prune = 0.0
-        self.stats = {"published": 0, "failed": 0, "deferred": 0, "marked": 0, "pruned": 0}
+        self.stats = {"published": 0, "failed": 0, "deferred": 0, "unsent": 0, "marked": 0, "pruned": 0}
 
     @property
     def client(self) -> SafeClient:
@@ -275,54 +298,96 @@ class Relay:
         return settings.SCHEDULER_POLL_SECONDS
 
     def step(self, *, prune: bool | None = None) -> bool:
-        """One pass: mark webhook-less events, claim, deliver, record, prune when due. True when
-        some part filled its batch (call again at once)."""
+        """One pass: mark webhook-less events; record the deliveries that ended; claim due events
+        of the tenants not in flight or held back, and start delivering them; let deliveries run
+        for up to STEP_WAIT_SECONDS and record those that ended; prune when due. A delivery
+        still running then (a slow or hanging webhook) goes on in the background of the next
+        steps, holding back no other tenant. True when some part filled its batch or deliveries
+        are in flight (call again at once)."""
         marked = mark_without_webhook()
         self.stats["marked"] += marked
-        events, more = claim_events(self.batch, visibility_seconds=self.visibility)
+        self._record_ended()
+        # A tenant held back after a failure is still claimed: its events are put back with the
+        # circuit's wait (no call), and those whose webhook was removed are published.
+        events, more = claim_events(self.batch, visibility_seconds=self.visibility, skip_tenants=set(self.deliveries))
+        started = []
         if events:
-            outcomes = self._loop.run_until_complete(self.deliver(events))
-            record(outcomes)
-            for o in outcomes:
-                if o.status in self.stats:
-                    self.stats[o.status] += 1
+            stop_sending = time.monotonic() + self.visibility / 2 - self.timeout
+            for tenant, evs in _by_tenant(events).items():
+                started.append(self._loop.create_task(self._deliver_tenant(evs, stop_sending)))
+                self.deliveries[tenant] = started[-1]
+        if started:
+            # This step's deliveries, up to the step's wait; those of earlier steps still in
+            # flight are slow ones, and are not waited for.
+            self._loop.run_until_complete(asyncio.wait(started, timeout=STEP_WAIT_SECONDS))
+        elif self.deliveries:
+            # Only slow ones in flight: until one of them ends or the step's wait is over, so
+            # that new events are claimed that often and not in a busy loop.
+            self._loop.run_until_complete(asyncio.wait(list(self.deliveries.values()), timeout=STEP_WAIT_SECONDS,
+                                                       return_when=asyncio.FIRST_COMPLETED))
+        self._record_ended()
         pruned = 0
         if prune or (prune is None and time.monotonic() >= self._next_prune):
             pruned = prune_published()
             self.stats["pruned"] += pruned
             self._next_prune = time.monotonic() + (0 if pruned >= PRUNE_BATCH else PRUNE_EVERY_SECONDS)
-        return more or marked >= MARK_BATCH or pruned >= PRUNE_BATCH
+        return more or marked >= MARK_BATCH or pruned >= PRUNE_BATCH or bool(self.deliveries)
+
+    def _record_ended(self) -> None:
+        """Record, in one transaction, the outcomes of every tenant's deliveries that ended."""
+        ended = [t for t, task in self.deliveries.items() if task.done()]
+        outcomes: list[Outcome] = []
+        for tenant in ended:
+            task = self.deliveries.pop(tenant)
+            if task.cancelled() or task.exception() is not None:
+                # Its events stay leased: they are delivered again once the lease runs out.
+                log.error("deliveries to tenant %s ended unexpectedly: %r", tenant,
+                          "cancelled" if task.cancelled() else task.exception())
+                continue
+            outcomes.extend(task.result())
+        if not outcomes:
+            return
+        try:
+            record(outcomes)
+        except Exception:
+            # Not recorded: published events are delivered again after their lease, the others
+            # tried again; at least once either way. Their tenants may be claimed again now.
+            log.exception("could not record %d delivery outcomes", len(outcomes))
+            raise
+        for o in outcomes:
+            if o.status in self.stats:
+                self.stats[o.status] += 1
 
     async def deliver(self, events: list[Pending]) -> list[Outcome]:
-        by_tenant: dict[object, list[Pending]] = {}
-        for e in events:
-            by_tenant.setdefault(e.tenant_id, []).append(e)
-        gate = asyncio.Semaphore(self.concurrency)
-        # New sends start only in the first half of the lease; the rest go back unsent.
+        """Deliver claimed events (tenants in parallel, each tenant's in order) and return every
+        outcome."""
         stop_sending = time.monotonic() + self.visibility / 2 - self.timeout
+        chains = await asyncio.gather(*(self._deliver_tenant(evs, stop_sending) for evs in _by_tenant(events).values()))
+        return [o for chain in chains for o in chain]
+
+    async def _deliver_tenant(self, evs: list[Pending], stop_sending: float) -> list[Outcome]:
+        """One tenant's claimed events, one by one in order. A failure stops them and holds the
+        tenant back for the backoff (its other events are put back with that wait); new sends
+        start only in the first half of the lease (the rest go back unsent)."""
         results: list[Outcome] = []
-
-        async def tenant(evs: list[Pending]) -> None:
-            async with gate:
-                for i, ev in enumerate(evs):
-                    failures, closed_at = self.circuits.get(ev.tenant_id, (0, 0.0))
-                    now = time.monotonic()
-                    if closed_at > now:
-                        results.extend(Outcome(e, "deferred", closed_at - now) for e in evs[i:])
-                        return
-                    if now > stop_sending:
-                        results.extend(Outcome(e, "unsent") for e in evs[i:])
-                        return
-                    out = await self.send(ev)
-                    results.append(out)
-                    if out.status == "published":
-                        self.circuits.pop(ev.tenant_id, None)
-                        continue
-                    self.circuits[ev.tenant_id] = (failures + 1, time.monotonic() + out.delay)
-                    results.extend(Outcome(e, "deferred", out.delay) for e in evs[i + 1:])
-                    return
-
-        await asyncio.gather(*(tenant(evs) for evs in by_tenant.values()))
+        for i, ev in enumerate(evs):
+            failures, closed_at = self.circuits.get(ev.tenant_id, (0, 0.0))
+            now = time.monotonic()
+            if closed_at > now:
+                results.extend(Outcome(e, "deferred", closed_at - now) for e in evs[i:])
+                return results
+            if now > stop_sending:
+                results.extend(Outcome(e, "unsent") for e in evs[i:])
+                return results
+            async with self._gate:
+                out = await self.send(ev)
+            results.append(out)
+            if out.status == "published":
+                self.circuits.pop(ev.tenant_id, None)
+                continue
+            self.circuits[ev.tenant_id] = (failures + 1, time.monotonic() + out.delay)
+            results.extend(Outcome(e, "deferred", out.delay) for e in evs[i + 1:])
+            return results
         return results
 
     async def send(self, ev: Pending) -> Outcome:
@@ -348,10 +413,34 @@ class Relay:
         return Outcome(ev, "failed", delay, f"{res.error_class or 'HTTPStatus'}: {error}")
 
     def close(self) -> None:
+        """Let deliveries in flight end for a moment and record them; the rest are cancelled and
+        their events, still leased, are delivered again once the lease runs out."""
+        if self.deliveries:
+            self._loop.run_until_complete(asyncio.wait(list(self.deliveries.values()), timeout=CLOSE_WAIT_SECONDS))
+            try:
+                self._record_ended()
+            except Exception:
+                pass  # logged; the leases settle it
+            pending = list(self.deliveries.values())
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(_settled(pending))
+            self.deliveries.clear()
         if self._client is not None and self._own_client:
             self._loop.run_until_complete(self._client.close())
         self._client = None
         self._loop.close()
+
+
+async def _settled(tasks) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _by_tenant(events: list[Pending]) -> dict:
+    by_tenant: dict[object, list[Pending]] = {}
+    for e in events:
+        by_tenant.setdefault(e.tenant_id, []).append(e)
+    return by_tenant
 
 
 _local = threading.local()

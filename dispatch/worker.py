@@ -31,10 +31,17 @@ from dispatch.models import WorkerStat
 from dispatch.wakeup import RUNS_CHANNEL, Listener
 from scheduler_project.dbclock import db_now
 from runs import queue, tracecontext
+from runs.decisions import Holding
 from runs.queue import Claimed, Result
 from schedules.models import Tenant
 
 log = logging.getLogger("scheduler.worker")
+
+# Due runs are waiting that the last claim could not take while a tenant or a target holds its
+# share of this worker's slots: the next claim waits until a good part of the slots is free, a
+# NOTIFY, or this long, whichever is first, instead of claiming again at once (a claim per
+# finished call, or a spin when nothing finishes).
+CAPPED_WAIT_SECONDS = 0.25
 
 
 class Target:
@@ -156,6 +163,11 @@ class Worker:
         self.batch_buckets = {b: 0 for b in BATCH_BUCKETS}
         self.started_at = None
         self.died: list[str] = []  # background tasks that ended unexpectedly
+        # What this worker has in flight, per tenant and per target host: the default shares are
+        # counted against it (runs.decisions.Holding). Changed on the event loop only; each claim
+        # takes a copy.
+        self.holding = Holding(self.concurrency, settings.SCHEDULER_TENANT_SHARE, settings.SCHEDULER_TARGET_SHARE)
+        self.finished = 0  # calls ended so far
 
     # -- database steps, on the worker's two database lanes ---------------------------------
 
@@ -178,9 +190,13 @@ class Worker:
             lane.submit(lambda: connection.close()).result()  # each lane's own connection
             lane.shutdown(wait=True)
 
-    def _claim(self, n: int) -> list[Claimed]:
+    def _held(self) -> Holding:
+        h = self.holding
+        return Holding(h.slots, h.tenant_share, h.target_share, dict(h.tenants), dict(h.hosts))
+
+    def _claim(self, n: int, holding: Holding | None = None) -> list[Claimed]:
         with tracing.span("claim", worker=self.worker_id, asked=n) as traced:
-            claims = queue.claim(self.worker_id, n, lease_seconds=self.lease_seconds)
+            claims = queue.claim(self.worker_id, n, lease_seconds=self.lease_seconds, holding=holding or self._held())
             traced["runs"] = len(claims)
         if claims:
             self.targets.load(claims)
@@ -242,11 +258,21 @@ class Worker:
         task = asyncio.create_task(self.execute(c))
         self.inflight[key] = task
         self.claims[key] = c
+        tenants, hosts = self.holding.tenants, self.holding.hosts
+        tenants[c.tenant_id] = tenants.get(c.tenant_id, 0) + 1
+        target = (c.tenant_id, c.target_host)
+        hosts[target] = hosts.get(target, 0) + 1
 
-        def done(t, key=key):
+        def done(t, key=key, tenant=c.tenant_id, host=target):
             self.inflight.pop(key, None)
             self.claims.pop(key, None)
             self.calling.discard(key)
+            for held, k in ((tenants, tenant), (hosts, host)):
+                if held[k] <= 1:
+                    del held[k]
+                else:
+                    held[k] -= 1
+            self.finished += 1
             self._slot.set()
             if not t.cancelled() and t.exception() is not None:
                 log.error("call for run %s failed unexpectedly: %r", key[0], t.exception())
@@ -344,8 +370,9 @@ class Worker:
                     self._slot.clear()
                     await self._wait(self._slot, 0.05)
                     continue
+                asked = min(free, self.batch)
                 try:
-                    claims = await self.db(self._claim, min(free, self.batch), lane="claim")
+                    claims = await self.db(self._claim, asked, self._held(), lane="claim")
                 except Exception:
                     if once:
                         raise  # a one-pass run reports the failure instead of retrying forever
@@ -367,15 +394,26 @@ class Worker:
                     self.stats["empty_claims"] += 1
                 for c in claims:
                     self._spawn(c)
+                if claims and (len(claims) == asked or not self.holding.at_a_cap()):
+                    continue
                 if claims:
+                    # A short claim while a tenant or host holds its share: what is left due is
+                    # (mostly) theirs; claim again once some of their calls have ended.
+                    await self._wait_for_room()
                     continue
                 if once:
                     if not self.inflight:
                         break
                     self._slot.clear()
                     await self._wait(self._slot, 0.1)
+                    continue
+                seconds = await self._idle_seconds()
+                if seconds <= 0 and self.inflight and self.holding.at_a_cap():
+                    await self._wait_for_room()  # due, but (likely) only runs of tenants at their share
                 else:
-                    await self._sleep(await self._idle_seconds())
+                    # Due runs another worker holds locked for a moment (a burst) are claimed
+                    # again at once, as before the shares.
+                    await self._sleep(seconds)
             await self._shutdown()
         finally:
             if listener:
@@ -413,6 +451,16 @@ class Worker:
 
         task.add_done_callback(done)
         return task
+
+    async def _wait_for_room(self) -> None:
+        """Until a claim's worth of calls has ended, a NOTIFY, shutdown or CAPPED_WAIT_SECONDS."""
+        mark = self.finished + self._refill_at
+        end = time.monotonic() + min(self.poll, CAPPED_WAIT_SECONDS) if self.poll else time.monotonic()
+        while (self.finished < mark and not self._wake.is_set() and not self.stop.is_set()
+               and time.monotonic() < end):
+            self._slot.clear()
+            await self._wait(self._slot, min(0.05, max(0.0, end - time.monotonic())))
+        self._wake.clear()
 
     async def _wait(self, ev: asyncio.Event, timeout: float) -> None:
         try:

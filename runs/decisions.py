@@ -152,6 +152,8 @@ class Claimed:
     run_key: str = ""
     schedule_key: str = ""
     scheduled_iso: str = ""
+    # host:port of the run's target, what the default per-target share is counted by.
+    target_host: str = ""
 
     @property
     def run_text(self) -> str:
@@ -368,15 +370,75 @@ def manual_occurrence(version: ScheduleVersion, now: datetime) -> timeexpr.Occur
 # --- claiming ----------------------------------------------------------------------------------
 
 
-def pick(candidates, limit: int, *, tenant_room: dict, host_room: dict) -> list:
+@dataclass
+class Holding:
+    """The calls one worker has in flight, by tenant and by target ((tenant, host:port) pairs:
+    a target is counted per tenant, as explicit budgets are), its slots, and the default shares
+    (fractions of those slots) one tenant's calls and one tenant's calls to one host may hold:
+    what a claim's default caps are counted against (`share_cap`)."""
+
+    slots: int
+    tenant_share: float
+    target_share: float
+    tenants: dict = field(default_factory=dict)
+    hosts: dict = field(default_factory=dict)
+
+    @property
+    def tenant_cap(self) -> int:
+        return share_cap(self.tenant_share, self.slots)
+
+    @property
+    def host_cap(self) -> int:
+        return share_cap(self.target_share, self.slots)
+
+    def tenant_room(self, tenant) -> int:
+        return self.tenant_cap - self.tenants.get(tenant, 0)
+
+    def host_room(self, key) -> int:
+        """Room for a (tenant, host) pair."""
+        return self.host_cap - self.hosts.get(key, 0)
+
+    def at_a_cap(self) -> bool:
+        """Whether some tenant or target host already holds its whole share of these slots."""
+        t, h = self.tenant_cap, self.host_cap
+        return any(n >= t for n in self.tenants.values()) or any(n >= h for n in self.hosts.values())
+
+
+def full_targets(held: dict, cap: int, *, budgets: dict | None = None) -> dict:
+    """tenant -> hosts its calls may not be given more of: (tenant, host) pairs holding `cap`
+    (the default target share), or, for pairs with an explicit budget (`budgets`: pair -> room
+    left), none left of it."""
+    out: dict = {}
+    budgets = budgets or {}
+    for (tenant, host), n in held.items():
+        if (tenant, host) not in budgets and n >= cap:
+            out.setdefault(tenant, []).append(host)
+    for (tenant, host), room in budgets.items():
+        if room <= 0:
+            out.setdefault(tenant, []).append(host)
+    return out
+
+
+def share_cap(share: float, slots: int) -> int:
+    """Slots of a worker that one tenant (or one tenant's target host) may hold by default: its
+    share of them, rounded down so that the rest stays free for the others, and at least one."""
+    return max(1, min(slots, int(share * slots)))
+
+
+def pick(candidates, limit: int, *, tenant_room: dict, host_room: dict, target_room: dict | None = None,
+         target_cap: int | None = None, exempt: frozenset | set = frozenset()) -> list:
     """Round-robin across tenants (in the order the candidates come) up to `limit`, within each
-    tenant's room under its in-flight cap and each (tenant, host) budget's room. Candidates are
-    (run id, tenant id, target host) rows, each tenant's oldest first. Runs not picked stay ready:
-    nothing claimed waits inside a worker."""
+    tenant's room (`tenant_room`; a tenant not in it has no limit), each explicit (tenant, host)
+    budget's room (`host_room`), and, for a call no explicit budget covers by a tenant not in
+    `exempt` (those with an explicit cap of their own), its (tenant, host) room under the default
+    target share (`target_room`, `target_cap` for a pair not in it; no limit when `target_cap` is
+    None). Candidates are (run id, tenant id, target host) rows, each
+    tenant's oldest first. Runs not picked stay ready: nothing claimed waits inside a worker."""
     by_tenant: dict = {}
     for row in candidates:
         by_tenant.setdefault(row[1], []).append(row)
     room_tenant, room_host = dict(tenant_room), dict(host_room)
+    room_target = dict(target_room or {})
     picked = []
     queues = [iter(v) for v in by_tenant.values()]
     while queues and len(picked) < limit:
@@ -386,13 +448,18 @@ def pick(candidates, limit: int, *, tenant_room: dict, host_room: dict) -> list:
                 tenant, host = row[1], (row[1], row[2])
                 if room_tenant.get(tenant, 1) <= 0:
                     break  # this tenant is at its cap: drop its queue
-                if room_host.get(host, 1) <= 0:
-                    continue  # this target is at its budget: try the tenant's next run
+                if host in room_host:
+                    if room_host[host] <= 0:
+                        continue  # this target is at its budget: try the tenant's next run
+                elif target_cap is not None and tenant not in exempt and room_target.get(host, target_cap) <= 0:
+                    continue  # this tenant's calls to this host hold their share of the slots
                 picked.append(row[0])
                 if tenant in room_tenant:
                     room_tenant[tenant] -= 1
                 if host in room_host:
                     room_host[host] -= 1
+                if target_cap is not None:
+                    room_target[host] = room_target.get(host, target_cap) - 1
                 still.append(q)
                 break
             if len(picked) >= limit:

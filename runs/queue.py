@@ -231,30 +231,60 @@ _limits = ClaimLimits()
 _rotation = itertools.count(random.randrange(1 << 16))
 
 
-def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None) -> list[Claimed]:
+def idle_holding(slots: int | None = None) -> decisions.Holding:
+    """A worker of `slots` slots (the configured size by default) holding nothing, under the
+    configured default shares."""
+    return decisions.Holding(slots or settings.SCHEDULER_WORKER_CONCURRENCY, settings.SCHEDULER_TENANT_SHARE,
+                             settings.SCHEDULER_TARGET_SHARE)
+
+
+def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
+          holding: decisions.Holding | None = None) -> list[Claimed]:
     """Lease up to `limit` ready, due runs in one short transaction: lock candidates with SKIP
     LOCKED (tenants in rotation, each with a share of the batch, within caps and budgets), bump
-    the generation, set the lease from the database clock, open the attempt, write the event."""
+    the generation, set the lease from the database clock, open the attempt, write the event.
+
+    Fair by default: `holding` is what the claiming worker has in flight, and no tenant, and no
+    tenant's target host, is given more than its share of that worker's slots (SCHEDULER_TENANT_SHARE,
+    SCHEDULER_TARGET_SHARE) unless an operator set an explicit cap, which then applies instead:
+    a tenant's max_in_flight (counted across the fleet) replaces both shares for its calls, a
+    target prefix's max_concurrency the target share for that tenant's calls to its host."""
     lease = timedelta(seconds=lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
+    holding = holding or idle_holding()
     with transaction.atomic():
         tenant_caps, host_caps = _limits.get()
         if not tenant_caps and not host_caps:
             return store().claim_due(worker=worker_id, limit=limit, lease_seconds=lease.total_seconds(),
-                                     shift=next(_rotation))
+                                     shift=next(_rotation), holding=holding)
         now = db_now()
-        tenants = decisions.rotate(store().due_tenants(now, max_tenants=10_000), next(_rotation))[:limit]
+        tenants = [t for t in store().due_tenants(now, max_tenants=10_000)
+                   if t in tenant_caps or holding.tenant_room(t) > 0]
+        tenants = decisions.rotate(tenants, next(_rotation))[:limit]
         if not tenants:
             return []
-        candidates = store().due_candidates(tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)))
-        in_view = {row[1] for row in candidates}
-        capped = [t for t in in_view if t in tenant_caps]
-        budgeted = {k for k in host_caps if k[0] in in_view}
+        # Explicit budgets are read across the fleet for the tenants with due runs before the
+        # candidates, so that a full target's backlog is left out of the read.
+        capped = [t for t in tenants if t in tenant_caps]
+        budgeted = {k for k in host_caps if k[0] in set(tenants)}
         leased = store().leased_per_tenant(capped) if capped else {}
         leased_hosts = store().leased_per_host(budgeted) if budgeted else {}
+        budget_room = {k: host_caps[k] - leased_hosts.get(k, 0) for k in budgeted}
+        # An exempt tenant (explicit cap) is held to no default target share.
+        held = {k: n for k, n in holding.hosts.items() if k[0] not in tenant_caps}
+        candidates = store().due_candidates(
+            tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)),
+            without=decisions.full_targets(held, holding.host_cap, budgets=budget_room))
+        in_view = {row[1] for row in candidates}
+        # An explicit cap replaces the default share: counted across the fleet, as set.
+        room = {t: holding.tenant_room(t) for t in in_view}
+        room.update({t: tenant_caps[t] - leased.get(t, 0) for t in capped})
         ids = decisions.pick(
             candidates, limit,
-            tenant_room={t: tenant_caps[t] - leased.get(t, 0) for t in capped},
-            host_room={k: host_caps[k] - leased_hosts.get(k, 0) for k in budgeted},
+            tenant_room=room,
+            host_room=budget_room,
+            target_room={k: holding.host_room(k) for k in holding.hosts},
+            target_cap=holding.host_cap,
+            exempt=tenant_caps.keys(),
         )
         return store().claim(ids, worker=worker_id, now=now, until=now + lease)
 

@@ -239,6 +239,19 @@ SCHEDULER_POLL_SECONDS = env.float("SCHEDULER_POLL_SECONDS", default=1.0)
 SCHEDULER_RECONCILE_SECONDS = env.float("SCHEDULER_RECONCILE_SECONDS", default=5.0)
 SCHEDULER_SHUTDOWN_GRACE_SECONDS = env.float("SCHEDULER_SHUTDOWN_GRACE_SECONDS", default=10.0)
 SCHEDULER_WORKER_CONCURRENCY = env.int("SCHEDULER_WORKER_CONCURRENCY", default=256)
+# Fair by default: the fraction of each worker's slots that one tenant's calls, and one tenant's
+# calls to one target host (host:port), may hold at once, however long the calls take; the rest
+# of the slots stay free for the others (other tenants, the tenant's other targets). A tenant's max_in_flight
+# (fleet-wide) replaces the tenant share for it, and a target prefix's max_concurrency replaces the
+# target share for that tenant's calls to its host: an operator raises (or lowers) them there.
+# 1.0 turns a share off. docs/dispatch.md, "Fair by default".
+SCHEDULER_TENANT_SHARE = env.float("SCHEDULER_TENANT_SHARE", default=0.5)
+SCHEDULER_TARGET_SHARE = env.float("SCHEDULER_TARGET_SHARE", default=0.25)
+for _name in ("SCHEDULER_TENANT_SHARE", "SCHEDULER_TARGET_SHARE"):
+    if not 0 < globals()[_name] <= 1:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{_name} must be a fraction above 0 and at most 1, not {globals()[_name]}")
 # "uvloop" (default, when installed) or "asyncio": the worker's event loop.
 SCHEDULER_WORKER_LOOP = env.str("SCHEDULER_WORKER_LOOP", default="uvloop")
 # A target call's time limit: the default when a schedule gives none, and the most it may ask for.

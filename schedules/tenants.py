@@ -46,11 +46,11 @@ def _clean_text(value, *, field: str, max_length: int) -> str:
     return text
 
 
-def parse_cap(raw, *, field: str, maximum: int = MAX_CAP) -> int | None:
-    """A cap as given by a form or a caller: empty or None is "no limit"; otherwise a whole number
-    from 1 to `maximum` in ASCII digits (`²` and `١٢٣` are digits to Python's int(), not to people
-    typing a limit)."""
-    message = f"must be a whole number from 1 to {maximum:,}, or empty for no limit"
+def parse_cap(raw, *, field: str, maximum: int = MAX_CAP, empty: str = "no limit") -> int | None:
+    """A cap as given by a form or a caller: empty or None is None (what that means, `empty`, is
+    said in the message); otherwise a whole number from 1 to `maximum` in ASCII digits (`²` and
+    `١٢٣` are digits to Python's int(), not to people typing a limit)."""
+    message = f"must be a whole number from 1 to {maximum:,}, or empty for {empty}"
     if raw is None:
         return None
     if isinstance(raw, bool):
@@ -104,7 +104,8 @@ def add_target_prefix(tenant: Tenant, prefix: str, *, by: Actor, max_concurrency
     except ValidationFailed as e:
         errors.update(e.errors)
     try:
-        limit = parse_cap(max_concurrency, field="Max concurrency")
+        # Empty: the default target share of each worker's slots (runs.queue.claim).
+        limit = parse_cap(max_concurrency, field="Max concurrency", empty="the default share")
     except ValidationFailed as e:
         errors.update(e.errors)  # said together with a bad prefix, not on the next try
     if errors:
@@ -201,7 +202,8 @@ def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in
                 errors.setdefault(field, []).extend(messages)
 
     read("notification_url", _clean_url, notification_url, field="Notification webhook URL")
-    read("max_in_flight", parse_cap, max_in_flight, field="Max runs in flight")
+    # Empty: the default tenant share of each worker's slots (runs.queue.claim).
+    read("max_in_flight", parse_cap, max_in_flight, field="Max runs in flight", empty="the default share")
     read("max_schedules", parse_cap, max_schedules, field="Schedule quota", maximum=MAX_QUOTA)
     read("max_subminute_schedules", parse_cap, max_subminute_schedules, field="Sub-minute schedule quota",
          maximum=MAX_QUOTA)

@@ -203,13 +203,16 @@ class PortableStore(PortableHistory):
             .order_by("tenant_id").values_list("tenant_id", flat=True).distinct()[:max_tenants]
         )
 
-    def due_candidates(self, tenants: list, now, *, per_tenant: int) -> list:
+    def due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
         """(run id, tenant id, target host) of up to `per_tenant` of each tenant's oldest due runs,
-        locked (rows another worker holds are skipped), in the given tenant order."""
+        locked (rows another worker holds are skipped), in the given tenant order, leaving out
+        the runs of each tenant's targets in `without` (tenant -> hosts with no room): a backlog
+        to a full target must not hide the tenant's other targets."""
         rows = []
         for tenant in tenants:
             rows += list(
                 Run.objects.filter(state=RunState.READY, tenant_id=tenant, next_eligible_at__lte=now)
+                .exclude(target_host__in=(without or {}).get(tenant, ()))
                 .order_by("next_eligible_at", "id").select_for_update(skip_locked=True)
                 .values_list("id", "tenant_id", "target_host")[:per_tenant]
             )
@@ -242,17 +245,23 @@ class PortableStore(PortableHistory):
             host_caps[key] = min(cap, host_caps.get(key, cap))
         return tenant_caps, host_caps
 
-    def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int) -> list[Claimed]:
-        """With no caps in play: lease up to `limit` due runs, tenants in rotation, each with a
-        fair share, taken round-robin (the same choice PostgresStore makes in one statement)."""
+    def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
+        """With no explicit caps in play: lease up to `limit` due runs, tenants in rotation, each
+        with a fair share, taken round-robin, and no tenant or target host beyond its room under
+        the default shares of the claiming worker's slots (`holding`, a decisions.Holding): the
+        same choice PostgresStore makes in one statement."""
         from runs import decisions
 
         now = db_now()
-        tenants = decisions.rotate(self.due_tenants(now, max_tenants=10_000), shift)[:limit]
+        due = [t for t in self.due_tenants(now, max_tenants=10_000) if holding.tenant_room(t) > 0]
+        tenants = decisions.rotate(due, shift)[:limit]
         if not tenants:
             return []
-        candidates = self.due_candidates(tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)))
-        ids = decisions.pick(candidates, limit, tenant_room={}, host_room={})
+        candidates = self.due_candidates(tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)),
+                                         without=decisions.full_targets(holding.hosts, holding.host_cap))
+        ids = decisions.pick(candidates, limit, tenant_room={t: holding.tenant_room(t) for t in tenants},
+                             host_room={}, target_room={k: holding.host_room(k) for k in holding.hosts},
+                             target_cap=holding.host_cap)
         return self.claim(ids, worker=worker, now=now, until=now + timedelta(seconds=lease_seconds))
 
     def claim(self, ids, *, worker: str, now: datetime, until: datetime) -> list[Claimed]:
@@ -279,6 +288,7 @@ class PortableStore(PortableHistory):
                 "version__target_url", "version__target_method", "version__target_headers",
                 "version__target_timeout_seconds", "version__payload",
                 "version__backoff_base_seconds", "version__backoff_max_seconds", "version__overlap_policy",
+                "target_host",
             )
         )
         attempts = Attempt.objects.bulk_create(
@@ -291,7 +301,8 @@ class PortableStore(PortableHistory):
         return [
             Claimed(r[0], r[1], a.id, r[2], r[3], r[4], r[5], r[6], r[7], r[8],
                     target=(r[9], r[10], json.dumps(r[11] or {}), r[12], json.dumps(r[13], separators=(",", ":"))),
-                    policy=r[14:17], run_key=str(r[0]), schedule_key=str(r[5]), scheduled_iso=iso(r[7]))
+                    policy=r[14:17], run_key=str(r[0]), schedule_key=str(r[5]), scheduled_iso=iso(r[7]),
+                    target_host=r[17])
             for r, a in zip(rows, attempts)
         ]
 

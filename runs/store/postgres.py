@@ -80,7 +80,7 @@ def _due_tenants(now: str, floored: bool = False) -> str:
 )"""
 
 
-def _tenant_due_runs(tenant: str, now: str, limit: str, floored: bool = False) -> str:
+def _tenant_due_runs(tenant: str, now: str, limit: str, floored: bool = False, without: str = "") -> str:
     """Up to `limit` of one tenant's oldest due runs, locked; rows another worker holds are
     skipped, not waited for. Written so that only run_ready_tenant_idx gives this order: with
     `tenant_id = x ... ORDER BY next_eligible_at` the planner walked run_ready_idx and filtered by
@@ -88,11 +88,17 @@ def _tenant_due_runs(tenant: str, now: str, limit: str, floored: bool = False) -
     A range instead of an equality keeps tenant_id in the sort order. The due time stays a filter:
     a row comparison `(tenant_id, next_eligible_at) <= (tenant, now)` would end the scan at `now`
     and skip the runs the look-ahead made early, but measured back to back it cost PostgreSQL
-    about twice the CPU in a burst (bench/README.md, "Issues 17 and 18")."""
+    about twice the CPU in a burst (bench/README.md, "Issues 17 and 18").
+
+    `without`, an array of target hosts, leaves out the tenant's runs to hosts that have no room:
+    otherwise a backlog to one full host, oldest first, would fill every read and the tenant's
+    other targets would never be reached. Only a tenant with a full target pays for the filter
+    (it reads past that host's due runs); the array is empty for the others."""
+    skip = f" AND r.target_host <> ALL({without})" if without else ""
     return f"""
     SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
     WHERE r.state = '{READY}' AND r.tenant_id >= {tenant} AND r.tenant_id <= {tenant}
-      AND r.next_eligible_at <= {now}{_floor("r.", floored)}
+      AND r.next_eligible_at <= {now}{_floor("r.", floored)}{skip}
     ORDER BY r.tenant_id, r.next_eligible_at
     LIMIT {limit}
     FOR UPDATE OF r SKIP LOCKED"""
@@ -104,12 +110,14 @@ def _due_tenants_sql(floored: bool) -> str:
             + "\nSELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s")
 
 
-# Step 2: up to per_tenant due runs of each of these tenants, locked, in the given tenant order.
+# Step 2: up to per_tenant due runs of each of these tenants, locked, in the given tenant order,
+# leaving out each tenant's full targets (%(full)s: a JSON object, tenant id -> hosts).
 def _candidates_sql(floored: bool) -> str:
     return """
 SELECT c.id, c.tenant_id, c.target_host
 FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
-CROSS JOIN LATERAL (""" + _tenant_due_runs("t.tenant_id", "%(now)s", "%(per_tenant)s", floored) + """
+CROSS JOIN LATERAL (SELECT ARRAY(SELECT jsonb_array_elements_text(%(full)s::jsonb -> t.tenant_id::text)) AS hosts) f
+CROSS JOIN LATERAL (""" + _tenant_due_runs("t.tenant_id", "%(now)s", "%(per_tenant)s", floored, "f.hosts") + """
 ) c
 ORDER BY t.pos
 """
@@ -143,7 +151,7 @@ def _lease(now: str, until: str) -> str:
 
 
 _LEASED_RETURNING = """RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
-              r.schedule_version, r.scheduled_time, r.version_id"""
+              r.schedule_version, r.scheduled_time, r.version_id, r.target_host"""
 
 
 def _claim_tail(now: str) -> str:
@@ -167,7 +175,7 @@ SELECT l.id, l.generation, o.id, l.attempts_used, l.max_attempts, l.tenant_id, l
        l.schedule_version, {_SCHEDULED_ISO.replace("%", "%%")}, l.version_id,
        v.target_url, v.target_method, v.target_headers::text, v.target_timeout_seconds, v.payload::text,
        v.backoff_base_seconds, v.backoff_max_seconds, v.overlap_policy,
-       l.id::text, l.schedule_id::text
+       l.id::text, l.schedule_id::text, l.target_host
 FROM leased l JOIN opened o ON o.run_id = l.id
 -- One primary-key probe per claimed run. OFFSET 0 keeps the planner from turning this into a
 -- hash join over the whole versions table (it did, with stale statistics, growing with every
@@ -189,30 +197,50 @@ WITH leased AS (
 
 CLAIM_SQL = {f: _claim_sql(f) for f in (False, True)}
 
-# Claim without caps in play, in one statement: find the tenants with due runs (a skip scan over
-# run_ready_tenant_idx, one probe per tenant), rotate them by %(shift)s, lock up to twice a fair
-# share of each tenant's oldest due runs (SKIP LOCKED), take them round-robin across tenants up to
-# %(limit)s, and lease them as CLAIM_SQL does: the choice runs.decisions.rotate/fair_share/pick
-# make for the portable store. One round trip instead of four means the rows are locked for one
-# statement and a commit, so concurrent workers skip fewer of each other's rows.
+# Claim without explicit caps in play, in one statement: find the tenants with due runs (a skip
+# scan over run_ready_tenant_idx, one probe per tenant), rotate them by %(shift)s, lock up to
+# twice a fair share of each tenant's oldest due runs (SKIP LOCKED), take them round-robin across
+# tenants up to %(limit)s, and lease them as CLAIM_SQL does: the choice runs.decisions.rotate/
+# fair_share/pick make for the portable store. One round trip instead of four means the rows are
+# locked for one statement and a commit, so concurrent workers skip fewer of each other's rows.
+#
+# The default shares (runs.decisions.Holding): the claiming worker says what it holds, per tenant
+# (%(held_t)s, %(held_tn)s) and per tenant and target host (%(held_ht)s, %(held_h)s, %(held_hn)s),
+# and how many slots one tenant (%(tenant_cap)s) and one tenant's calls to one host
+# (%(host_cap)s) may hold. A tenant without room is not served (its rows are not even locked),
+# one with a little room has only that many rows read, and a target's room is taken in the order
+# the pick takes runs. The arrays are as long as the worker's distinct tenants and targets in
+# flight; they are hash-joined, never probed per row.
 def _claim_due_sql(floored: bool) -> str:
-    return "WITH " + _due_tenants("statement_timestamp()", floored) + f""", due AS (
-    SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) AS n, count(*) OVER () AS total
+    return "WITH " + _due_tenants("statement_timestamp()", floored) + f""", held_t AS (
+    SELECT * FROM unnest(%(held_t)s::uuid[], %(held_tn)s::int[]) AS h(tenant_id, n)
+), held_h AS (
+    SELECT * FROM unnest(%(held_ht)s::uuid[], %(held_h)s::text[], %(held_hn)s::int[]) AS h(tenant_id, host, n)
+), due AS (
+    SELECT d.tenant_id, row_number() OVER (ORDER BY d.tenant_id) AS n, count(*) OVER () AS total,
+           %(tenant_cap)s - COALESCE(ht.n, 0) AS room
     FROM (SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT 10000) d
+    LEFT JOIN held_t ht ON ht.tenant_id = d.tenant_id
 ), served AS (
-    SELECT tenant_id, (n + %(shift)s) %% total AS pos FROM due ORDER BY pos LIMIT %(limit)s
+    SELECT tenant_id, (n + %(shift)s) %% total AS pos, room,
+           ARRAY(SELECT h.host FROM held_h h WHERE h.tenant_id = due.tenant_id AND h.n >= %(host_cap)s) AS full_hosts
+    FROM due WHERE room > 0 ORDER BY pos LIMIT %(limit)s
 ), share AS (
     SELECT 2 * ceil(%(limit)s::numeric / GREATEST(count(*), 1))::int AS per_tenant FROM served
 ), cand AS (
-    SELECT c.id, c.next_eligible_at, s.pos
+    SELECT c.id, c.next_eligible_at, c.target_host, s.tenant_id, s.pos
     FROM served s CROSS JOIN share CROSS JOIN LATERAL ({_tenant_due_runs(
-    "s.tenant_id", "statement_timestamp()", "share.per_tenant", floored)}
+    "s.tenant_id", "statement_timestamp()", "LEAST(share.per_tenant, s.room)", floored, "s.full_hosts")}
     ) c
+), turns AS (
+    SELECT id, pos, tenant_id, target_host,
+           row_number() OVER (PARTITION BY pos ORDER BY next_eligible_at, id) AS turn,
+           row_number() OVER (PARTITION BY pos, target_host ORDER BY next_eligible_at, id) AS host_turn
+    FROM cand
 ), picked AS (
-    SELECT id FROM (
-        SELECT id, pos, row_number() OVER (PARTITION BY pos ORDER BY next_eligible_at, id) AS turn FROM cand
-    ) k
-    ORDER BY turn, pos
+    SELECT k.id FROM turns k LEFT JOIN held_h hh ON hh.tenant_id = k.tenant_id AND hh.host = k.target_host
+    WHERE k.host_turn <= %(host_cap)s - COALESCE(hh.n, 0)
+    ORDER BY k.turn, k.pos
     LIMIT %(limit)s
 ), leased AS (
     UPDATE runs_run r SET {_lease("statement_timestamp()",
@@ -233,8 +261,22 @@ def _claimed(cur) -> list[Claimed]:
     out = []
     for r in cur.fetchall():
         iso = r[8]
-        out.append(Claimed(*r[:8], datetime.fromisoformat(iso), r[9], r[10:15], r[15:18], r[18], r[19], iso))
+        out.append(Claimed(*r[:8], datetime.fromisoformat(iso), r[9], r[10:15], r[15:18], r[18], r[19], iso, r[20]))
     return out
+
+
+def share_params(holding) -> dict:
+    """CLAIM_DUE_SQL's parameters for the default shares of a worker holding `holding`."""
+    return {
+        "tenant_cap": holding.tenant_cap, "host_cap": holding.host_cap,
+        "held_t": _uuid_array(holding.tenants), "held_tn": _int_array(holding.tenants.values()),
+        "held_ht": _uuid_array(k[0] for k in holding.hosts), "held_h": [k[1] for k in holding.hosts],
+        "held_hn": _int_array(holding.hosts.values()),
+    }
+
+
+def _int_array(values) -> str:
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _uuid_array(ids) -> str:
@@ -536,18 +578,21 @@ class PostgresStore(PostgresHistory, PortableStore):
             cur.execute(DUE_TENANTS_SQL[floor is not None], {"now": now, "max_tenants": max_tenants, "floor": floor})
             return [row[0] for row in cur.fetchall()]
 
-    def due_candidates(self, tenants: list, now, *, per_tenant: int) -> list:
+    def due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
+        full = json.dumps({str(t): list(hosts) for t, hosts in (without or {}).items()})
         with _cursor() as cur:
             floor = _live_floor(cur)
             cur.execute(CANDIDATES_SQL[floor is not None],
-                        {"tenants": tenants, "now": now, "per_tenant": per_tenant, "floor": floor})
+                        {"tenants": tenants, "now": now, "per_tenant": per_tenant, "floor": floor, "full": full})
             return cur.fetchall()
 
-    def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int) -> list[Claimed]:
+    def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
         with _cursor() as cur:
             floor = _live_floor(cur, by_primary_key=True)
-            cur.execute(CLAIM_DUE_SQL[floor is not None],
-                        {"worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift, "floor": floor})
+            cur.execute(CLAIM_DUE_SQL[floor is not None], {
+                "worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift, "floor": floor,
+                **share_params(holding),
+            })
             return _claimed(cur)
 
     def claim(self, ids, *, worker: str, now, until) -> list[Claimed]:

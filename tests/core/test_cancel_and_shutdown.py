@@ -78,7 +78,8 @@ def test_shutdown_gives_back_claimed_but_unstarted_runs_without_using_an_attempt
     runs = ready_runs(tenant, target, n=3)
 
     async def scenario():
-        w = Worker("w-stop", concurrency=10, poll_seconds=0, grace_seconds=0)
+        # 16 slots: the three runs (one tenant, one host) are within the default target share.
+        w = Worker("w-stop", concurrency=16, poll_seconds=0, grace_seconds=0)
         w._slot = asyncio.Event()
         from dispatch.safehttp import client_from_settings
 

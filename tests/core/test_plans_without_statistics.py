@@ -71,7 +71,8 @@ def test_claim_and_complete_probe_by_primary_key_when_the_statistics_say_empty(s
     drain(scan_step)
     assert Run.objects.filter(state="ready").count() == 2400
 
-    claimed = queue.claim("w", 400)
+    # A worker big enough that one tenant's one target may take the whole batch under the shares.
+    claimed = queue.claim("w", 400, holding=queue.idle_holding(1600))
     assert len(claimed) == 400
     assert queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200) for c in claimed]) == (400, 0)
     assert len(plans) == 2

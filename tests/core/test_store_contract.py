@@ -58,7 +58,7 @@ def claim_one(tenant, target, *, webhook=False) -> Claimed:
     make_due(make_schedule(tenant, target.url + "/job", max_attempts=3))
     queue.materialise_due(batch=10)
     with transaction.atomic():
-        (c,) = store().claim_due(worker="w-1", limit=10, lease_seconds=30, shift=0)
+        (c,) = store().claim_due(worker="w-1", limit=10, lease_seconds=30, shift=0, holding=queue.idle_holding())
     return c
 
 

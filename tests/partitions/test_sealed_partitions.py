@@ -11,7 +11,7 @@ from runs import partitions, queue
 from runs.models import HistoryPartition, Run
 from runs.schedule_changes import backfill_schedule
 from runs.services import retry_run
-from runs.store.postgres import CLAIM_DUE_SQL, _live_floor
+from runs.store.postgres import CLAIM_DUE_SQL, _live_floor, share_params
 from scheduler_project.dbclock import db_now
 from tests.helpers import ACTOR, make_schedule
 
@@ -32,7 +32,7 @@ def planned_partitions() -> set:
     connection.ensure_connection()
     cur = psycopg.Cursor(connection.connection)
     cur.execute("EXPLAIN " + CLAIM_DUE_SQL[True], {"worker": "w", "limit": 10, "lease": 60, "shift": 0,
-                                                   "floor": floor()}, prepare=False)
+                                                   "floor": floor(), **share_params(queue.idle_holding())}, prepare=False)
     return {part for (line,) in cur.fetchall() for part in line.split() if part.startswith("runs_run_")}
 
 

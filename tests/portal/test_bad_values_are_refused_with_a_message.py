@@ -63,7 +63,7 @@ def test_a_bad_in_flight_cap_is_a_message_with_the_fields_name_and_changes_nothi
                          {"notification_url": "https://ops.acme.test/hook", "max_in_flight": raw}, follow=True)
     assert resp.status_code == 200
     html = resp.content.decode()
-    assert "Max runs in flight: must be a whole number from 1 to 1,000,000, or empty for no limit" in html
+    assert "Max runs in flight: must be a whole number from 1 to 1,000,000, or empty for the default share" in html
     assert "max_in_flight" not in html.replace('name="max_in_flight"', "")
     t = Tenant.objects.get(id=tenant.id)
     # The webhook in the same form is not saved either: a refused form changes nothing.
@@ -75,7 +75,7 @@ def test_a_bad_in_flight_cap_is_a_message_with_the_fields_name_and_changes_nothi
 def test_a_bad_per_prefix_cap_is_a_message_and_the_prefix_is_not_added(operator, tenant, raw):
     resp = operator.post(reverse("schedules-target-add", args=[tenant.id]),
                          {"prefix": "https://hooks.acme.test/", "max_concurrency": raw}, follow=True)
-    assert "Max concurrency: must be a whole number from 1 to 1,000,000, or empty for no limit" in resp.content.decode()
+    assert "Max concurrency: must be a whole number from 1 to 1,000,000, or empty for the default share" in resp.content.decode()
     assert not TargetPrefix.objects.filter(prefix="https://hooks.acme.test/").exists()
 
 

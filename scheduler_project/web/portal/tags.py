@@ -95,3 +95,27 @@ def time_prefs(context):
 def value_text(value):
     """A recorded value as a person reads it: JSON for objects, "—" for none, "(empty)" for ""."""
     return display.value_text(value)
+
+
+@register.filter
+def in_flight_limit(max_in_flight, long=False):
+    """A tenant's effective in-flight limit: its explicit cap (across the fleet), or the default
+    share of each worker's slots (runs.queue.idle_holding: a worker of the configured size)."""
+    from runs.queue import idle_holding
+
+    if max_in_flight is not None:
+        return f"{max_in_flight} across the fleet (set for this tenant)" if long else str(max_in_flight)
+    h = idle_holding()
+    if long:
+        return (f"the default share: {h.tenant_cap} of each worker's {h.slots} slots "
+                f"({h.tenant_share:.0%}), {h.host_cap} for its calls to one target host ({h.target_share:.0%})")
+    return f"default: {h.tenant_cap} / worker"
+
+
+@register.filter
+def target_limit(max_concurrency):
+    """A target prefix's effective budget: its explicit one (across the fleet), or the default
+    target share of each worker's slots."""
+    from runs.queue import idle_holding
+
+    return str(max_concurrency) if max_concurrency is not None else f"default: {idle_holding().host_cap} / worker"

@@ -23,6 +23,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from dispatch.models import WorkerStat
 from runs.models import Run, RunState
+from runs.queue import idle_holding
 from scheduler_project.dbclock import db_now
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
 from scheduler_project.web.portal.common import render_view
@@ -92,12 +93,14 @@ def workers_context(tenant_ids, now):
     live = [r for r in rows.values() if r.live]
     gone = [r for r in rows.values() if not r.live]
     return {"live": sorted(live, key=lambda r: r.stat.worker_id), "gone": gone, "orphans": orphans,
-            "backlog": backlog(tenant_ids, now, any_live=bool(live))}
+            "backlog": backlog(tenant_ids, now, any_live=bool(live), live_workers=[r.stat.worker_id for r in live]),
+            "shares": idle_holding()}
 
 
-def backlog(tenant_ids, now, *, any_live: bool) -> list[Waiting]:
+def backlog(tenant_ids, now, *, any_live: bool, live_workers=()) -> list[Waiting]:
     """Due runs that no worker has claimed yet, per tenant and target host, with the reasons the
-    claim would pass them over (docs/dispatch.md: caps are checked at claim time)."""
+    claim would pass them over (docs/dispatch.md: caps and shares are checked at claim time). The
+    default shares are per worker; a worker's slots are taken to be the configured size."""
     due = (_scoped(Run.objects.filter(state=RunState.READY, next_eligible_at__lte=now), tenant_ids)
            .values_list("tenant_id", "target_host").annotate(n=Count("id"), oldest=Min("next_eligible_at"))
            .order_by("-n")[:BACKLOG_GROUPS])
@@ -107,8 +110,17 @@ def backlog(tenant_ids, now, *, any_live: bool) -> list[Waiting]:
     tenant_set = {t for t, *_ in due}
     leased = Run.objects.filter(state=RunState.LEASED, tenant_id__in=tenant_set)
     per_tenant = dict(leased.values_list("tenant_id").annotate(n=Count("id")).order_by())
-    per_host = {(t, h): n for t, h, n in leased.values_list("tenant_id", "target_host").annotate(n=Count("id"))
-                .order_by()}
+    per_host: dict = {}
+    # Per live worker, what each tenant and each of its targets holds there (the default shares).
+    on_worker: dict = {}
+    live = set(live_workers)
+    for owner, t, h, n in leased.values_list("lease_owner", "tenant_id", "target_host").annotate(n=Count("id")).order_by():
+        per_host[(t, h)] = per_host.get((t, h), 0) + n
+        if owner in live:
+            w = on_worker.setdefault(owner, {})
+            w[t] = w.get(t, 0) + n
+            w[(t, h)] = w.get((t, h), 0) + n
+    shares = idle_holding()
     tenants = {t.id: t for t in Tenant.objects.filter(id__in=tenant_set).only("id", "slug", "max_in_flight")}
     host_caps: dict = {}
     for tid, prefix, cap in TargetPrefix.objects.filter(tenant_id__in=tenant_set, max_concurrency__isnull=False) \
@@ -126,6 +138,14 @@ def backlog(tenant_ids, now, *, any_live: bool) -> list[Waiting]:
             w.reasons.append(f"the tenant's cap: {w.in_flight_tenant} of {w.tenant_cap} runs in flight")
         if w.host_cap is not None and w.in_flight_host >= w.host_cap:
             w.reasons.append(f"the target's budget: {w.in_flight_host} of {w.host_cap} calls to {host} in flight")
+        if live and w.tenant_cap is None:
+            if all(on_worker.get(o, {}).get(tid, 0) >= shares.tenant_cap for o in live):
+                w.reasons.append(f"the tenant's default share: it holds {shares.tenant_cap} of every live worker's "
+                                 f"{shares.slots} slots ({shares.tenant_share:.0%}); an operator raises it with "
+                                 "the tenant's Max runs in flight")
+            elif w.host_cap is None and all(on_worker.get(o, {}).get((tid, host), 0) >= shares.host_cap for o in live):
+                w.reasons.append(f"the target's default share: {shares.host_cap} of every live worker's "
+                                 f"{shares.slots} slots hold calls to {host} ({shares.target_share:.0%})")
         if not w.reasons:
             waited = (now - oldest).total_seconds() if oldest else 0
             w.reasons.append("waiting for a worker's next claim" if waited < 5 else
