@@ -46,6 +46,7 @@ from schedules.services import (
     rule_for,
     validate_fields,
     version_fields,
+    with_spread_offset,
     write_new_version,
 )
 
@@ -61,7 +62,8 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
             raise ValidationFailed({"expression": ["this at() time is already past"]})
         raise ValidationFailed({"expression": ["this rule never fires within startAt/endAt"]})
     sid = uuid.uuid4()
-    version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={}, **fields)
+    version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={},
+                              **with_spread_offset(fields, sid))
     schedule = Schedule(id=sid, tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now),
                         shard=shard_bucket(sid))
     # Created paused: nothing is due until it is resumed, which computes from that moment.

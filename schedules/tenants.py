@@ -15,6 +15,7 @@ from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
 from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
                               new_signing_secret)
 from schedules.services import SYSTEM, Actor, audit
+from schedules.spread import MAX_SPREAD_SECONDS
 
 KEY_PREFIX = "sk_"
 MAX_LABEL = 200
@@ -167,11 +168,12 @@ def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
 
 @transaction.atomic
 def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in_flight=UNCHANGED,
-                           max_schedules=UNCHANGED, max_subminute_schedules=UNCHANGED, by: Actor,
-                           check_url=None) -> Tenant:
+                           max_schedules=UNCHANGED, max_subminute_schedules=UNCHANGED,
+                           default_spread_seconds=UNCHANGED, by: Actor, check_url=None) -> Tenant:
     """The operator-managed settings of a tenant, given as values or as the text of a form: where
-    its run notifications (webhooks) go (empty turns them off), its cap on runs in flight, and its
-    schedule quotas (empty: the deployment's default). Everything given is checked before
+    its run notifications (webhooks) go (empty turns them off), its cap on runs in flight, its
+    schedule quotas (empty: the deployment's default) and the spread window its new schedules get
+    when they give none (empty: none). Everything given is checked before
     anything changes, so a refused value leaves every setting as it was. Each change is audited.
 
     `check_url(url) -> problem or None` is a further check of a new webhook URL that this app
@@ -187,6 +189,11 @@ def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in
     if max_subminute_schedules is not UNCHANGED:
         changes["max_subminute_schedules"] = parse_cap(
             max_subminute_schedules, field="Sub-minute schedule quota", maximum=MAX_QUOTA)
+    if default_spread_seconds is not UNCHANGED:
+        # The window new schedules get when they give none (schedules.spread); empty is none.
+        zero = default_spread_seconds in (None, 0) or str(default_spread_seconds).strip() in ("", "0")
+        changes["default_spread_seconds"] = 0 if zero else parse_cap(
+            default_spread_seconds, field="Default spread", maximum=MAX_SPREAD_SECONDS)
     changed = {k: v for k, v in changes.items() if getattr(tenant, k) != v}
     if not changed:
         return tenant

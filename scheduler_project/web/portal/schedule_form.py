@@ -44,6 +44,7 @@ INTS = {
     "max_attempts": "Attempts",
     "misfire_grace_seconds": "Misfire grace",
     "catchup_limit": "Catch-up limit",
+    "spread_seconds": "Spread",
 }
 FLOATS = {"backoff_base_seconds": "Backoff from", "backoff_max_seconds": "Backoff up to"}
 CHOICES = {
@@ -58,6 +59,7 @@ SERVICE_FIELDS = {
     "expression": "expression", "timeZone": "time_zone", "dstPolicy": "dst_skipped", "startAt": "start_at",
     "endAt": "end_at", "target": "target_url", "retryPolicy": "max_attempts", "payload": "payload", "name": "name",
     "catchupLimit": "catchup_limit", "misfireGraceSeconds": "misfire_grace_seconds",
+    "spreadSeconds": "spread_seconds",
 }
 
 
@@ -285,6 +287,8 @@ def schedule_edit(request, pk):
                       end_at_text=v.end_at.strftime("%Y-%m-%dT%H:%M:%S") if v.end_at else "")
         return render_view(request, "schedules/form.html", _form_context(request, values, {}, **ctx))
     given, errors = parse_form(request.POST)
+    if given.get("spread_seconds") is None:
+        given["spread_seconds"] = 0  # a cleared spread on an edit is none (a new schedule's blank: the default)
     values = _values_from_post(request.POST, given)
     try:
         expected = int(request.POST.get("version", ""))

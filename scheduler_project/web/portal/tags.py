@@ -1,9 +1,12 @@
 """The portal's template tags and filters (`{% load portal %}`); the rules are in display.py."""
 
+from datetime import timedelta
+
 from django import template
 from django.utils.html import format_html
 
 from scheduler_project.web.portal import display
+from schedules.spread import describe
 
 register = template.Library()
 
@@ -94,3 +97,17 @@ def time_prefs(context):
 def value_text(value):
     """A recorded value as a person reads it: JSON for objects, "—" for none, "(empty)" for ""."""
     return display.value_text(value)
+
+
+@register.simple_tag
+def spread_start(dt, offset_seconds, zone, fmt="full"):
+    """When an occurrence at `dt` becomes eligible under its schedule's spread offset."""
+    if dt is None:
+        return "—"
+    return walltime(dt + timedelta(seconds=offset_seconds or 0), zone, fmt)
+
+
+@register.filter
+def spread_words(window) -> str:
+    """A spread window in words: "10-minute", "90-second"."""
+    return describe(int(window or 0))
