@@ -287,8 +287,10 @@ def schedule_edit(request, pk):
                       end_at_text=v.end_at.strftime("%Y-%m-%dT%H:%M:%S") if v.end_at else "")
         return render_view(request, "schedules/form.html", _form_context(request, values, {}, **ctx))
     given, errors = parse_form(request.POST)
-    if given.get("spread_seconds") is None:
-        given["spread_seconds"] = 0  # a cleared spread on an edit is none (a new schedule's blank: the default)
+    if "spread_seconds" not in request.POST:
+        given.pop("spread_seconds", None)  # a form without the field leaves the spread as it is
+    elif given.get("spread_seconds") is None:
+        given["spread_seconds"] = 0  # cleared on an edit: none (a new schedule's blank is the tenant's default)
     values = _values_from_post(request.POST, given)
     try:
         expected = int(request.POST.get("version", ""))
