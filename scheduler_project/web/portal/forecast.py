@@ -1,0 +1,78 @@
+"""The forecast page: runs becoming eligible ahead (dispatch.forecast) as bar charts, the next hour
+per minute, the day per 5 minutes and the week per hour, for every tenant (operators), the
+viewer's tenants, one tenant or one target host, beside the capacity the fleet showed, with the
+warnings. A tenant user sees only their own tenants' schedules and runs."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from dispatch import forecast as fc
+from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
+from scheduler_project.web.portal.charts import BOTTOM, H, LEFT, RIGHT, TOP, W, _count, _nice_max
+from scheduler_project.web.portal.common import parse_uuid, render_view
+from scheduler_project.web.portal.display import TimePrefs, format_in
+from schedules.models import Tenant
+
+TIER_WORDS = {"hour": "next hour, per minute", "day": "next 24 hours, per 5 minutes", "week": "next 7 days, per hour"}
+
+
+def forecast_chart(name: str, buckets: list, tz) -> str:
+    """Bars of due runs per bucket, on a linear scale from 0 to a round maximum."""
+    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
+    top = _nice_max(max((b.due for b in buckets), default=0))
+    n = max(1, len(buckets))
+    bw = plot_w / n
+    total = sum(b.due for b in buckets)
+    parts = [format_html(
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-labelledby="fc-{}-t fc-{}-d" data-testid="forecast-{}">'
+        '<title id="fc-{}-t">Runs due, {}</title><desc id="fc-{}-d">{} due in all</desc>',
+        W, H, name, name, name, name, TIER_WORDS[name], name, _count(total))]
+    for frac in (0, 0.5, 1):
+        y = TOP + plot_h * (1 - frac)
+        parts.append(format_html('<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
+                                 '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
+                                 LEFT, W - RIGHT, f"{y:.1f}", f"{y:.1f}", LEFT - 4, f"{y + 4:.1f}", _count(top * frac)))
+    for i, b in enumerate(buckets):
+        if b.due <= 0:
+            continue
+        h = plot_h * b.due / top
+        parts.append(format_html(
+            '<rect class="ok" x="{}" y="{}" width="{}" height="{}"><title>{}: {} due</title></rect>',
+            f"{LEFT + i * bw + bw * 0.1:.1f}", f"{TOP + plot_h - h:.1f}", f"{max(bw * 0.8, 0.8):.1f}",
+            f"{max(h, 0.5):.1f}", format_in(b.start, tz, "short"), _count(b.due)))
+    for k in range(5):
+        i = min(n - 1, k * n // 4)
+        if not buckets:
+            break
+        text = format_in(buckets[i].start, tz, "short")
+        text = text[11:] if name != "week" else text[5:]
+        anchor = "start" if k == 0 else ("end" if k == 4 else "middle")
+        x = LEFT if k == 0 else (W - RIGHT if k == 4 else LEFT + (i + 0.5) * bw)
+        parts.append(format_html('<text class="axis" x="{}" y="{}" text-anchor="{}">{}</text>',
+                                 f"{x:.1f}", H - 6, anchor, text))
+    parts.append("</svg>")
+    return mark_safe("".join(parts))
+
+
+@portal_view
+def forecast_page(request):
+    visible = visible_tenant_ids(request.user)
+    tenant_ids = visible
+    chosen = parse_uuid(request.GET.get("tenant"))
+    if chosen:
+        if visible is not None and chosen not in visible:
+            raise PermissionDenied("not one of your tenants")
+        tenant_ids = [chosen]
+    host = (request.GET.get("host") or "").strip()[:300] or None
+    f = fc.forecast(tenant_ids=tenant_ids, host=host)
+    tz = TimePrefs.of(request).zone_for(None)
+    tenants = Tenant.objects.all() if visible is None else Tenant.objects.filter(id__in=visible)
+    peak = f.peak()
+    return render_view(request, "dispatch/forecast.html", {
+        "f": f, "peak": peak, "host": host or "", "chosen": str(chosen or ""), "tenants": tenants[:500],
+        "is_operator": is_operator(request.user),
+        "charts": [(name, TIER_WORDS[name], forecast_chart(name, f.tiers[name], tz)) for name, _, _ in fc.TIERS],
+    })
