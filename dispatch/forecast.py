@@ -34,6 +34,7 @@ from scheduler_project.dbclock import db_now
 from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus, TargetPrefix
 from schedules.services import rule_for
+from schedules.spread import spread_offset, spread_problem
 from schedules.targets import target_host
 
 # name, span, bucket
@@ -185,9 +186,12 @@ def capacity(*, tenant_ids=None, now: datetime | None = None) -> Capacity:
     return Capacity(peak / 60.0, peak_minute, workers, (lat_sum / lat_n / 1000.0) if lat_n else None, budgets)
 
 
-def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None = None) -> Forecast:
+def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None = None,
+             respread: tuple | None = None) -> Forecast:
     """Runs becoming eligible in each bucket ahead, for every tenant (tenant_ids None), some
-    tenants, and/or one target host ("host:port")."""
+    tenants, and/or one target host ("host:port"). `respread` = (schedule ids, window): the
+    forecast as it would be if those schedules had that spread window (a bulk spread's preview;
+    one whose rule the window does not fit keeps its own, as the change would leave it)."""
     now = now or db_now()
     tiers = _buckets(now)
     waiting = _materialised(tiers, tenant_ids, host, now)
@@ -202,6 +206,7 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
     # older ones are the scanner's backlog, due now, and mostly misfires).
     after = max(min((s.next_run_at for s in rows), default=now), now - timedelta(hours=1)) - timedelta(microseconds=1)
     walks: dict = {}
+    fits: dict = {}
     truncated = 0
     spent = 0
     counted = 0
@@ -222,6 +227,10 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
             truncated += cut
             walks[key] = walked
         instants = walks[key]
+        if respread and str(s.id) in respread[0]:
+            offset = _respread_offset(s, v, respread[1], key, fits, now)
+            if offset is not None:
+                v.spread_offset_seconds = offset  # this unsaved copy only: the preview's counts
         first = bisect.bisect_left(instants, s.next_run_at)
         mine = len(instants) - first
         if spent + mine > OCCURRENCE_BUDGET and counted:
@@ -247,6 +256,15 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
                  capacity=capacity(tenant_ids=tenant_ids, now=now), truncated_rules=truncated)
     f.warnings = warnings(f)
     return f
+
+
+def _respread_offset(schedule, version, window: int, key, fits: dict, now: datetime) -> int | None:
+    if key not in fits:
+        try:
+            fits[key] = spread_problem(window, rule_for(version, schedule.anchor_at), after=now) is None
+        except timeexpr.ExpressionError:
+            fits[key] = False
+    return spread_offset(schedule.id, window) if fits[key] else None
 
 
 def warnings(f: Forecast) -> list[str]:

@@ -5,14 +5,21 @@ warnings. A tenant user sees only their own tenants' schedules and runs."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from dispatch import forecast as fc
-from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
+from runs import schedule_changes
+from scheduler_project.errors import ServiceError
+from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require,
+                                          visible_tenant_ids)
 from scheduler_project.web.portal.charts import BOTTOM, H, LEFT, RIGHT, TOP, W, _count, _nice_max
-from scheduler_project.web.portal.common import parse_uuid, render_view
+from scheduler_project.web.portal.common import parse_uuid, render_view, service_message
 from scheduler_project.web.portal.display import TimePrefs, format_in
 from schedules.models import Tenant
 
@@ -57,6 +64,60 @@ def forecast_chart(name: str, buckets: list, tz) -> str:
     return mark_safe("".join(parts))
 
 
+def _shaping(request, tenants_visible, f, tz):
+    """The "shape this surge" panel's preview: the selection (a tenant's schedules, optionally of
+    one target host and one expression) and the forecast as it would be with the window applied."""
+    g = request.GET
+    values = {"tenant": g.get("shape_tenant", ""), "host": (g.get("shape_host") or "").strip()[:300],
+              "expression": (g.get("shape_expression") or "").strip()[:2000], "window": (g.get("spread") or "").strip()[:9]}
+    if not g.get("shape"):
+        return {"v": values}
+    tenant = next((t for t in tenants_visible if str(t.id) == values["tenant"]), None)
+    if tenant is None:
+        return {"v": values, "error": "choose one of your tenants"}
+    if not (values["window"].isascii() and values["window"].isdigit()):
+        return {"v": values, "error": "give the spread window as a whole number of seconds"}
+    window = int(values["window"])
+    selected = schedule_changes.schedules_for_spread(tenant, host=values["host"] or None,
+                                                     expression=values["expression"] or None)
+    too_many = len(selected) > schedule_changes.MAX_BULK_SPREAD
+    ids = frozenset(str(s.id) for s in selected)
+    after = fc.forecast(tenant_ids=[tenant.id], respread=(ids, window))
+    before = fc.forecast(tenant_ids=[tenant.id])
+    return {"v": values, "tenant": tenant, "window": window, "selected": len(selected), "too_many": too_many,
+            "max": schedule_changes.MAX_BULK_SPREAD, "before_peak": before.peak(), "after_peak": after.peak(),
+            "after": after, "can_apply": can(request.user, "operate_schedules", tenant.id) and not too_many,
+            "chart": forecast_chart("hour", after.tiers["hour"], tz)}
+
+
+@portal_view
+@require_POST
+def forecast_spread(request):
+    """Apply the previewed spread: one bulk change through the edit entry point, audited."""
+    p = request.POST
+    tenant = get_scoped(Tenant.objects.all(), request.user, field="id", id=parse_uuid(p.get("tenant")))
+    require(request.user, "operate_schedules", tenant.id)
+    raw = (p.get("spread") or "").strip()
+    if not (raw.isascii() and raw.isdigit()):
+        messages.error(request, "give the spread window as a whole number of seconds")
+        return redirect("dispatch-forecast")
+    host, expression = (p.get("host") or "").strip() or None, (p.get("expression") or "").strip() or None
+    selected = schedule_changes.schedules_for_spread(tenant, host=host, expression=expression)
+    try:
+        out = schedule_changes.spread_schedules(tenant, selected, int(raw), by=actor_for(request),
+                                                selection={"host": host, "expression": expression})
+    except ServiceError as e:
+        messages.error(request, service_message(e))
+        return redirect("dispatch-forecast")
+    text = f"Spread {len(out['changed'])} schedule(s) over {raw} s"
+    if out["unchanged"]:
+        text += f"; {out['unchanged']} already had it"
+    if out["refused"]:
+        text += f"; {len(out['refused'])} left as they were (the window does not fit their rule, or they changed)"
+    messages.success(request, text + ".")
+    return redirect(f"{reverse('dispatch-forecast')}?tenant={tenant.id}")
+
+
 @portal_view
 def forecast_page(request):
     visible = visible_tenant_ids(request.user)
@@ -71,7 +132,9 @@ def forecast_page(request):
     tz = TimePrefs.of(request).zone_for(None)
     tenants = Tenant.objects.all() if visible is None else Tenant.objects.filter(id__in=visible)
     peak = f.peak()
+    shaping = _shaping(request, list(tenants), f, tz)
     return render_view(request, "dispatch/forecast.html", {
+        "shaping": shaping,
         "f": f, "peak": peak, "host": host or "", "chosen": str(chosen or ""), "tenants": tenants[:500],
         "is_operator": is_operator(request.user),
         "charts": [(name, TIER_WORDS[name], forecast_chart(name, f.tiers[name], tz)) for name, _, _ in fc.TIERS],

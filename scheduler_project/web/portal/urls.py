@@ -15,6 +15,7 @@ urlpatterns = [
     path("dlq/action", dlq.dlq_action, name="runs-dlq-action"),
     path("workers/", workers.workers, name="dispatch-workers"),
     path("forecast/", forecast.forecast_page, name="dispatch-forecast"),
+    path("forecast/spread", forecast.forecast_spread, name="dispatch-forecast-spread"),
     path("schedules/", schedules.schedule_list, name="schedules-list"),
     path("schedules/new", schedule_form.schedule_create, name="schedules-create"),
     path("schedules/preview", schedule_form.expression_preview, name="schedules-preview"),
