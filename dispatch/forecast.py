@@ -14,9 +14,11 @@ them: when the scope holds no more, every one is counted (exact). Otherwise the 
 whose id is below the last one read, and since ids are random (UUID4) that is a uniform sample of
 the scope with fraction id / 2**128; its counts are scaled up by the inverse and the forecast says
 "sampled" with the fraction. Each distinct rule is walked once (20,000 schedules `0 0 * * *` are
-one walk), and each schedule then costs its occurrences in the week; past OCCURRENCE_BUDGET
-occurrences the schedules not yet counted are left out and the sample shrinks accordingly (still
-uniform: they come in id order). docs/portal.md, "Forecast", says what the page shows.
+one walk), and schedules that fall in the same buckets alike (same rule, first instant, spread
+offset, grace and host) are counted together, so a group costs its occurrences in the week once;
+past OCCURRENCE_BUDGET such occurrences the schedules not yet counted are left out and the sample
+shrinks accordingly (still uniform: they come in id order). Measured in bench/README.md
+("Issue 28"). docs/portal.md, "Forecast", says what the page shows.
 """
 
 from __future__ import annotations
@@ -129,13 +131,24 @@ def _scope(tenant_ids):
     return qs if tenant_ids is None else qs.filter(tenant_id__in=list(tenant_ids))
 
 
-def _rule_key(schedule, version):
+@dataclass(frozen=True)
+class _Version:
+    """What rule_for and the walk read of a version."""
+
+    expression: str
+    time_zone: str
+    dst_skipped: str
+    dst_repeated: str
+    end_at: datetime | None
+
+
+def _rule_key(anchor, version):
     # cron and at() are the same rule whatever the anchor; rate() counts from it, and an RRULE's
     # DTSTART may come from it.
     text = version.expression.strip().upper()
     anchored = text.startswith("RATE(") or "FREQ=" in text
     return (version.expression, version.time_zone, version.dst_skipped, version.dst_repeated,
-            schedule.anchor_at if anchored else None, version.end_at)
+            anchor if anchored else None, version.end_at)
 
 
 def _walk(rule, version, after: datetime, until: datetime) -> tuple[list, bool]:
@@ -196,61 +209,68 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
     tiers = _buckets(now)
     waiting = _materialised(tiers, tenant_ids, host, now)
     scope = _scope(tenant_ids).filter(next_run_at__lt=now + WEEK)
-    rows = list(scope.select_related("current").only(
+    # Plain tuples in id order (model instances cost several times more to build, at 50,000 rows).
+    rows = list(scope.order_by("id").values_list(
         "id", "anchor_at", "next_run_at", "current__expression", "current__time_zone", "current__dst_skipped",
-        "current__dst_repeated", "current__end_at", "current__start_at", "current__spread_offset_seconds",
-        "current__misfire_grace_seconds", "current__target_url").order_by("id")[:EXACT_SCHEDULES + 1])
+        "current__dst_repeated", "current__end_at", "current__spread_offset_seconds",
+        "current__misfire_grace_seconds", "current__target_url")[:EXACT_SCHEDULES + 1])
     exact = len(rows) <= EXACT_SCHEDULES
     rows = rows[:EXACT_SCHEDULES]
     # Each rule is walked once from the earliest next instant in scope (no more than an hour back:
     # older ones are the scanner's backlog, due now, and mostly misfires).
-    after = max(min((s.next_run_at for s in rows), default=now), now - timedelta(hours=1)) - timedelta(microseconds=1)
+    after = max(min((r[2] for r in rows), default=now), now - timedelta(hours=1)) - timedelta(microseconds=1)
     walks: dict = {}
     fits: dict = {}
-    truncated = 0
-    spent = 0
-    counted = 0
-    weighted = []
-    for s in rows:
-        v = s.current
-        h = target_host(v.target_url)
+    hosts: dict = {}
+    # Schedules that fall in the same buckets alike (same rule, first instant, offset, grace and
+    # host) are counted together: a fleet of `0 0 * * *` costs one pass over its week per offset.
+    groups: dict = {}
+    truncated = spent = counted = 0
+    for sid, anchor, next_at, expression, tz, dst_s, dst_r, end_at, offset, grace, url in rows:
+        h = hosts.get(url)
+        if h is None:
+            h = hosts[url] = target_host(url)
         if host and h != host:
             counted += 1
             continue
-        key = _rule_key(s, v)
+        v = _Version(expression, tz, dst_s, dst_r, end_at)
+        key = _rule_key(anchor, v)
         if key not in walks:
             try:
-                rule = rule_for(v, s.anchor_at)
-                walked, cut = _walk(rule, v, after, now + WEEK)
+                walked, cut = _walk(rule_for(v, anchor), v, after, now + WEEK)
             except timeexpr.ExpressionError:
                 walked, cut = [], False  # parked by the scanner: it makes nothing meanwhile
             truncated += cut
             walks[key] = walked
         instants = walks[key]
-        if respread and str(s.id) in respread[0]:
-            offset = _respread_offset(s, v, respread[1], key, fits, now)
-            if offset is not None:
-                v.spread_offset_seconds = offset  # this unsaved copy only: the preview's counts
-        first = bisect.bisect_left(instants, s.next_run_at)
-        mine = len(instants) - first
-        if spent + mine > OCCURRENCE_BUDGET and counted:
-            exact = False
-            break
-        spent += mine
+        if respread and str(sid) in respread[0]:
+            if key not in fits:
+                fits[key] = _fits(respread[1], v, anchor, now)
+            if fits[key]:
+                offset = spread_offset(sid, respread[1])  # the preview's counts only
+        first = bisect.bisect_left(instants, next_at)
+        group = (key, first, offset, grace, h)
+        if group not in groups:
+            # Past the budget the schedules read so far are the sample (an id-ordered prefix).
+            if spent + len(instants) - first > OCCURRENCE_BUDGET and counted:
+                exact = False
+                break
+            spent += len(instants) - first
+            groups[group] = 0
+        groups[group] += 1
         counted += 1
-        weighted.append((s, v, h, instants[first:]))
     # The counted schedules are the first `counted` of the scope in id order: a uniform sample
     # with fraction (last id counted + 1) / 2**128 unless every schedule of the scope was counted.
     if exact:
         fraction = 1.0
     else:
-        last = rows[counted - 1].id.int if counted else 0
+        last = rows[counted - 1][0].int if counted else 0
         fraction = max((last + 1) / 2 ** 128, 1e-12)
     scale = 1.0 / fraction
-    for s, v, h, instants in weighted:
-        offset = timedelta(seconds=v.spread_offset_seconds)
-        for at in instants:
-            _add(tiers, max(at + offset, now), scale, grace=v.misfire_grace_seconds, host=h, now=now)
+    for (key, first, offset, grace, h), n in groups.items():
+        shift = timedelta(seconds=offset)
+        for at in walks[key][first:]:
+            _add(tiers, max(at + shift, now), n * scale, grace=grace, host=h, now=now)
     f = Forecast(now=now, tiers=tiers, exact=exact, fraction=fraction, schedules_counted=counted,
                  schedules_estimated=counted * scale, waiting_now=waiting,
                  capacity=capacity(tenant_ids=tenant_ids, now=now), truncated_rules=truncated)
@@ -258,13 +278,11 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
     return f
 
 
-def _respread_offset(schedule, version, window: int, key, fits: dict, now: datetime) -> int | None:
-    if key not in fits:
-        try:
-            fits[key] = spread_problem(window, rule_for(version, schedule.anchor_at), after=now) is None
-        except timeexpr.ExpressionError:
-            fits[key] = False
-    return spread_offset(schedule.id, window) if fits[key] else None
+def _fits(window: int, version, anchor, now: datetime) -> bool:
+    try:
+        return spread_problem(window, rule_for(version, anchor), after=now) is None
+    except timeexpr.ExpressionError:
+        return False
 
 
 def warnings(f: Forecast) -> list[str]:
