@@ -293,6 +293,20 @@ class Attempt(models.Model):
 
 
 
+def with_spread(runs) -> list:
+    """`runs` with their versions' spread (Run.spread_seconds, eligible_from) read in one query,
+    unless the caller joined the versions already (select_related)."""
+    runs = list(runs)
+    version_field = Run._meta.get_field("version")
+    missing = {r.version_id for r in runs if not version_field.is_cached(r)}
+    if missing:
+        versions = ScheduleVersion.objects.only("id", "spread_seconds", "spread_offset_seconds").in_bulk(list(missing))
+        for run in runs:
+            if run.version_id in versions and not version_field.is_cached(run):
+                version_field.set_cached_value(run, versions[run.version_id])
+    return runs
+
+
 def with_history(runs) -> list:
     """`runs` (a list or queryset) with each run's occurrence (`run.occurrence`) and attempts,
     oldest first (`run.attempt_list`): two queries for any number of runs, each restricted to the
@@ -316,15 +330,8 @@ def with_history(runs) -> list:
             "run_id", "generation"):
         attempts[attempt.run_id].append(attempt)
     field = Run._meta.get_field("occurrence")
-    # Their versions' spread (Run.eligible_from), one query, unless the caller joined them already.
-    version_field = Run._meta.get_field("version")
-    missing = {r.version_id for r in runs if not version_field.is_cached(r)}
-    versions = (ScheduleVersion.objects.only("id", "spread_seconds", "spread_offset_seconds").in_bulk(list(missing))
-                if missing else {})
     for run in runs:
         field.set_cached_value(run, occurrences.get(run.occurrence_id))
-        if run.version_id in versions and not version_field.is_cached(run):
-            version_field.set_cached_value(run, versions[run.version_id])
         run.attempt_list = attempts[run.id]
     return runs
 

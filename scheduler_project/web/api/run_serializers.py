@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from runs.models import AttemptOutcome, Run, RunKind, RunState, with_history
+from runs.models import AttemptOutcome, Run, RunKind, RunState, with_history, with_spread
 
 
 @extend_schema_serializer(component_name="Attempt")
@@ -59,6 +59,7 @@ class RunOut(serializers.Serializer):
     def to_representation(self, run: Run):
         if not hasattr(run, "attempt_list"):
             with_history([run])
+        with_spread([run])  # nothing to read when the caller read them for its page
         data = super().to_representation(run)
         data["reason"] = data["reason"] or None
         data["leaseOwner"] = data["leaseOwner"] or None
