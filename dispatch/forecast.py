@@ -178,6 +178,17 @@ def _materialised(tiers, tenant_ids, host, now) -> int:
     return waiting
 
 
+_HOST_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]")
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` cannot be a target host filter ("host:port", as run lists and budgets name
+    targets), or None."""
+    if len(host) > 300 or not host or not set(host) <= _HOST_CHARS:
+        return "give a target as host:port (letters, digits, '.', '-', ':' and brackets; at most 300 characters)"
+    return None
+
+
 def capacity(*, tenant_ids=None, now: datetime | None = None) -> Capacity:
     now = now or db_now()
     minutes = list(ActivityMinute.objects.filter(tenant_id=ALL_TENANTS, minute__gte=now - CAPACITY_WINDOW)

@@ -25,6 +25,10 @@ def test_the_page_the_api_and_metrics(tenant, other_tenant, target, api, operato
     assert body["method"] == "exact" and body["nextHourPeak"]["due"] == 1  # its own tenant only
     assert len(body["tiers"]["hour"]) == 61 and len(body["tiers"]["day"]) == 289 and len(body["tiers"]["week"]) == 169
     assert api.get("/api/v1/forecast", {"bogus": "1"}).status_code == 400
+    # A host that names no target (the fuzzer's NUL was a 500 from PostgreSQL) is a 400 with a message.
+    bad = api.get("/api/v1/forecast", {"host": "a\x00b"})
+    assert bad.status_code == 400 and "host:port" in str(bad.json()["errors"]["host"])
+    assert api.get("/api/v1/forecast", {"host": f"127.0.0.1:{target.port}"}).json()["nextHourPeak"]["due"] == 1
     html = operator.get(reverse("dispatch-forecast")).content.decode()
     assert 'data-testid="forecast-hour"' in html and 'data-testid="forecast-peak">2<' in html
     html = acme.get(reverse("dispatch-forecast")).content.decode()

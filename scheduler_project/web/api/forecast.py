@@ -6,6 +6,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from dispatch import forecast
+from scheduler_project.errors import ValidationFailed
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.schedules import TEXT, error_responses
 
@@ -58,5 +59,7 @@ class ForecastView(ApiView):
     )
     def get(self, request):
         host = request.query_params.get("host")
+        if host is not None and forecast.host_problem(host):
+            raise ValidationFailed({"host": [forecast.host_problem(host)]})
         f = forecast.forecast(tenant_ids=[request.user.tenant.id], host=host)
         return Response(forecast.as_json(f))

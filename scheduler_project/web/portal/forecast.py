@@ -68,13 +68,17 @@ def _shaping(request, tenants_visible, f, tz):
     """The "shape this surge" panel's preview: the selection (a tenant's schedules, optionally of
     one target host and one expression) and the forecast as it would be with the window applied."""
     g = request.GET
-    values = {"tenant": g.get("shape_tenant", ""), "host": (g.get("shape_host") or "").strip()[:300],
+    values = {"tenant": g.get("shape_tenant", ""), "host": (g.get("shape_host") or "").strip(),
               "expression": (g.get("shape_expression") or "").strip()[:2000], "window": (g.get("spread") or "").strip()[:9]}
     if not g.get("shape"):
         return {"v": values}
     tenant = next((t for t in tenants_visible if str(t.id) == values["tenant"]), None)
     if tenant is None:
         return {"v": values, "error": "choose one of your tenants"}
+    if values["host"] and fc.host_problem(values["host"]):
+        return {"v": values, "error": fc.host_problem(values["host"])}
+    if "\x00" in values["expression"]:
+        return {"v": values, "error": "an expression cannot contain NUL"}
     if not (values["window"].isascii() and values["window"].isdigit()):
         return {"v": values, "error": "give the spread window as a whole number of seconds"}
     window = int(values["window"])
@@ -102,6 +106,9 @@ def forecast_spread(request):
         messages.error(request, "give the spread window as a whole number of seconds")
         return redirect("dispatch-forecast")
     host, expression = (p.get("host") or "").strip() or None, (p.get("expression") or "").strip() or None
+    if (host and fc.host_problem(host)) or (expression and "\x00" in expression):
+        messages.error(request, fc.host_problem(host or "") if host else "an expression cannot contain NUL")
+        return redirect("dispatch-forecast")
     selected = schedule_changes.schedules_for_spread(tenant, host=host, expression=expression)
     try:
         out = schedule_changes.spread_schedules(tenant, selected, int(raw), by=actor_for(request),
@@ -127,7 +134,10 @@ def forecast_page(request):
         if visible is not None and chosen not in visible:
             raise PermissionDenied("not one of your tenants")
         tenant_ids = [chosen]
-    host = (request.GET.get("host") or "").strip()[:300] or None
+    host = (request.GET.get("host") or "").strip() or None
+    if host and fc.host_problem(host):
+        messages.error(request, fc.host_problem(host))
+        host = None
     f = fc.forecast(tenant_ids=tenant_ids, host=host)
     tz = TimePrefs.of(request).zone_for(None)
     tenants = Tenant.objects.all() if visible is None else Tenant.objects.filter(id__in=visible)
