@@ -59,7 +59,7 @@ OUTCOME_CODES = {AttemptOutcome.SUCCEEDED: "s", AttemptOutcome.FAILED: "f", Atte
                  AttemptOutcome.ABANDONED: "a"}
 FIELDS = ("id", "generation", "started_at", "finished_at", "outcome", "http_status", "latency_ms", "error_class",
           "error", "run_id", "run__tenant_id", "run__schedule_id", "run__scheduled_time", "run__kind",
-          "run__version__target_url")
+          "run__version__target_url", "run__version__spread_offset_seconds")
 COUNTED = (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
 FAILED = (AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
 
@@ -122,7 +122,9 @@ class _Tally:
                         t["last_failed_at"] = a["finished_at"]
         # A backfill's scheduled times are in the past on purpose: its lag says nothing.
         if a["generation"] == 1 and a["run__kind"] != RunKind.BACKFILL and a["started_at"]:
-            lag = max(0.0, (a["started_at"] - a["run__scheduled_time"]).total_seconds())
+            # From when it became eligible: a scheduled run's spread offset is not lag.
+            spread = a["run__version__spread_offset_seconds"] if a["run__kind"] == RunKind.SCHEDULED else 0
+            lag = max(0.0, (a["started_at"] - a["run__scheduled_time"]).total_seconds() - (spread or 0))
             bucket = lag_bucket(lag)
             minute = minute_of(a["started_at"])
             for key in ((tenant, minute), (ALL_TENANTS, minute)):

@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from dispatch import forecast
 from dispatch.activity_figures import attempt_figures
 from dispatch.models import ShardLease, WorkerStat
 from runs import retention, stats
@@ -112,6 +113,7 @@ class SchedulerCollector:
         yield from self.shard_metrics(now)
         yield from self.history_metrics(now)
         yield from self.replication_metrics()
+        yield from self.forecast_metrics()
 
     def replication_metrics(self):
         """Whether commits wait for a standby (scheduler_project.dbreplication); nothing on SQLite."""
@@ -127,6 +129,20 @@ class SchedulerCollector:
         yield _gauge("scheduler_database_replication_degraded",
                      "1 while commits are acknowledged without the synchronous standby the deployment expects",
                      int(rep.degraded))
+
+    def forecast_metrics(self):
+        """The next hour's busiest minute ahead (dispatch.forecast). A forecast reads up to
+        EXACT_SCHEDULES schedules, far more than the rest of a scrape, so each process keeps its
+        answer for FORECAST_TTL: the figure is a minute old at most, and scrapes stay cheap."""
+        f = _cached_forecast()
+        peak = f.peak()
+        yield _gauge("scheduler_forecast_next_hour_peak_due",
+                     "Runs becoming eligible in the busiest minute of the next hour (forecast; estimated when sampled)",
+                     peak.due if peak else 0.0)
+        yield _gauge("scheduler_forecast_sampled", "1 when the forecast was sampled rather than exact",
+                     0.0 if f.exact else 1.0)
+        yield _gauge("scheduler_forecast_warnings", "Minutes of the next hour the observed capacity would not "
+                     "start within their misfire grace", len(f.warnings))
 
     def worker_metrics(self, now):
         totals = WorkerStat.objects.aggregate(
@@ -199,6 +215,19 @@ class SchedulerCollector:
         yield parts
         yield size
         yield stray
+
+
+FORECAST_TTL = timedelta(seconds=60)
+_forecast_cache: list = []  # [(taken at, Forecast)]
+
+
+def _cached_forecast():
+    now = db_now()
+    if _forecast_cache and now - _forecast_cache[0][0] < FORECAST_TTL:
+        return _forecast_cache[0][1]
+    f = forecast.forecast(now=now)
+    _forecast_cache[:] = [(now, f)]
+    return f
 
 
 def exposition() -> bytes:

@@ -22,6 +22,7 @@ from schedules import timeexpr
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleVersion
 from schedules.occurrences import ONE_US, walk
 from schedules.services import MAX_POLICY_SECONDS, rule_for
+from schedules.spread import eligible_at
 from schedules.targets import target_host
 
 # A buffered run (overlap buffer_one) waits with this eligibility until the run before it ends.
@@ -283,6 +284,12 @@ def plan_schedule(schedule: Schedule, version: ScheduleVersion, now: datetime, h
     due = span.occurrences
     next_at = span.resume_at
 
+    # Spread (schedules.spread): each occurrence keeps its nominal instant and becomes eligible
+    # `offset` later; whether it was missed is judged from that eligible time, as the
+    # reconciler's misfire pass judges an unclaimed run from its next_eligible_at.
+    offset = version.spread_offset_seconds
+    if offset:
+        grace_cut -= timedelta(seconds=offset)
     missed = [o for o in due if o.at < grace_cut and not o.dropped]
     keep = keep_missed(version)
     if span.truncated and keep and missed and missed[-1] is due[-1]:
@@ -310,7 +317,7 @@ def plan_schedule(schedule: Schedule, version: ScheduleVersion, now: datetime, h
             else:
                 planned.append(Planned(occ, RunState.SKIPPED, Reason.OVERLAP))
             continue
-        planned.append(Planned(occ, RunState.READY, "", occ.at))
+        planned.append(Planned(occ, RunState.READY, "", eligible_at(occ.at, offset)))
         if not made_ahead(version):
             busy = True  # a later occurrence of this pass overlaps the one just made
     return planned, next_at, span.completed

@@ -21,6 +21,7 @@ On SQLite the same constraints exist, unpartitioned.
 """
 
 import uuid
+from datetime import timedelta
 
 from django.db import models
 from django.db.models import F, Q
@@ -197,6 +198,24 @@ class Run(models.Model):
     def __str__(self):
         return f"run {self.id} ({self.state})"
 
+    # Spread (schedules.spread): only the scanner's runs are spread; a manual trigger or a backfill
+    # is eligible when it is made. Read from the run's version (select_related it for lists).
+    @property
+    def spread_seconds(self) -> int:
+        return self.version.spread_seconds if self.kind == RunKind.SCHEDULED else 0
+
+    @property
+    def spread_offset_seconds(self) -> int:
+        return self.version.spread_offset_seconds if self.kind == RunKind.SCHEDULED else 0
+
+    @property
+    def eligible_from(self):
+        """When its first attempt could start: the nominal instant plus the spread offset (a
+        backfill's runs are ready when made). Lags are measured from here."""
+        if self.kind == RunKind.BACKFILL:
+            return self.created_at
+        return self.scheduled_time + timedelta(seconds=self.spread_offset_seconds)
+
     @property
     def idempotency_key(self) -> str:
         return str(self.id)
@@ -287,6 +306,20 @@ class Attempt(models.Model):
     def __str__(self):
         return f"attempt {self.run_id}#{self.generation}"
 
+
+
+def with_spread(runs) -> list:
+    """`runs` with their versions' spread (Run.spread_seconds, eligible_from) read in one query,
+    unless the caller joined the versions already (select_related)."""
+    runs = list(runs)
+    version_field = Run._meta.get_field("version")
+    missing = {r.version_id for r in runs if not version_field.is_cached(r)}
+    if missing:
+        versions = ScheduleVersion.objects.only("id", "spread_seconds", "spread_offset_seconds").in_bulk(list(missing))
+        for run in runs:
+            if run.version_id in versions and not version_field.is_cached(run):
+                version_field.set_cached_value(run, versions[run.version_id])
+    return runs
 
 
 def with_history(runs) -> list:

@@ -47,6 +47,7 @@ from schedules.services import (
     rule_for,
     validate_fields,
     version_fields,
+    with_spread_offset,
     write_new_version,
 )
 
@@ -57,7 +58,8 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
     commit): the schedule is then inserted once, with its current version already set."""
     next_at = check_fires(rule, fields, now=now)
     sid = uuid.uuid4()
-    version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={}, **fields)
+    version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={},
+                              **with_spread_offset(fields, sid))
     schedule = Schedule(id=sid, tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now),
                         shard=shard_bucket(sid))
     # Created paused: nothing is due until it is resumed, which computes from that moment.
@@ -401,3 +403,60 @@ def backfill_schedule(schedule, *, start: datetime, end: datetime, by: Actor) ->
           after={"from": start.isoformat(), "to": end.isoformat(), "runs": len(made)})
     return len(made)
 
+
+
+# --- shaping a surge: one spread window for many schedules ---------------------------------------
+
+# Most schedules one bulk spread changes (each is an edit: a version, the superseded runs'
+# cancellation); a larger selection is refused, to be applied in parts.
+MAX_BULK_SPREAD = 5_000
+
+
+def schedules_for_spread(tenant: Tenant, *, host: str | None = None, expression: str | None = None) -> list:
+    """A tenant's active schedules, optionally only those calling one target host ("host:port")
+    and/or with one expression (as written), in id order: the selection of a bulk spread. At most
+    MAX_BULK_SPREAD + 1 are read, so a caller can tell a selection that is too large."""
+    from schedules.targets import target_host
+
+    qs = Schedule.objects.filter(tenant=tenant, status=ScheduleStatus.ACTIVE).select_related("current")
+    if expression:
+        qs = qs.filter(current__expression=expression)
+    out = []
+    for s in qs.order_by("id").iterator(chunk_size=2000):
+        if host and target_host(s.current.target_url) != host:
+            continue
+        out.append(s)
+        if len(out) > MAX_BULK_SPREAD:
+            break
+    return out
+
+
+@transaction.atomic
+def spread_schedules(tenant: Tenant, schedules: list, window: int, *, by: Actor, selection: dict | None = None) -> dict:
+    """Give every one of `schedules` (of `tenant`) the spread window `window`, as one change: each
+    schedule through edit_schedule (a new version, as any edit), all in one transaction, and one
+    audit entry for the whole with what was selected. A schedule whose rule the window does not
+    fit (schedules.spread.spread_problem), or that changed meanwhile, is left as it is and listed
+    with the reason; the others are changed. Returns {"changed": [ids], "refused": {id: reason}}."""
+    if len(schedules) > MAX_BULK_SPREAD:
+        raise ValidationFailed({"schedules": [f"at most {MAX_BULK_SPREAD} schedules per bulk spread; this selection "
+                                              f"has more: narrow it (target, expression) or apply it in parts"]})
+    if any(s.tenant_id != tenant.id for s in schedules):
+        raise ValidationFailed({"schedules": ["every schedule of a bulk spread must be of its tenant"]})
+    changed, refused, unchanged = [], {}, 0
+    for s in schedules:
+        if s.current.spread_seconds == window:
+            unchanged += 1
+            continue
+        try:
+            with transaction.atomic():  # a savepoint: a refused one leaves the others' edits in place
+                edit_schedule(s, expected_version=s.version, changes={"spread_seconds": window}, by=by)
+            changed.append(str(s.id))
+        except ValidationFailed as e:
+            refused[str(s.id)] = " ".join(e.errors.get("spreadSeconds") or [str(e)])
+        except (StaleVersion, Conflict) as e:
+            refused[str(s.id)] = e.message
+    audit("schedule.bulk_spread", by=by, obj_type="tenant", obj_id=tenant.id, tenant_id=tenant.id,
+          after={"spreadSeconds": window, "selection": selection or {}, "changed": len(changed),
+                 "unchanged": unchanged, "refused": refused, "schedules": changed})
+    return {"changed": changed, "refused": refused, "unchanged": unchanged}

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
-from django.db.models import BooleanField, Count, DurationField, ExpressionWrapper, F, Max, Min, Q
+from django.db.models import BooleanField, Case, Count, DurationField, ExpressionWrapper, F, IntegerField, Max, Min, Q, When
 from django.db.models.functions import Mod
 
 from runs.models import Attempt, OutboxEvent, RecentStateCount, Run, RunKind, RunState, attempts_with_their_runs
@@ -129,7 +129,14 @@ def _lag_rows(tenant_ids, floor: int, now: datetime, stride: int) -> list:
     return list(qs.annotate(
         lag=ExpressionWrapper(F("started_at") - F("scheduled_time"), output_field=DurationField()),
         last_minute=ExpressionWrapper(Q(started_at__gte=now - LAG_NOW_WINDOW), output_field=BooleanField()),
-    ).values_list("lag", "last_minute"))
+        # Lag counts from when the run became eligible: a spread run's offset is not lag.
+        spread=SPREAD_OFFSET,
+    ).values_list("lag", "last_minute", "spread"))
+
+
+# An attempt's run's spread offset in seconds (schedules.spread): only scheduled runs are spread.
+SPREAD_OFFSET = Case(When(run__kind=RunKind.SCHEDULED, then=F("run__version__spread_offset_seconds")), default=0,
+                     output_field=IntegerField())
 
 
 def lag_samples(*, tenant_ids=None, now: datetime | None = None, floor: int | None = None) -> LagSample:
@@ -153,8 +160,8 @@ def lag_samples(*, tenant_ids=None, now: datetime | None = None, floor: int | No
         stride = max(1, (len(rows) * stride) // LAG_SAMPLE)
         rows = _lag_rows(tenant_ids, floor, now, stride)
     lags, recent = [], []
-    for delta, last_minute in rows:
-        lag = max(0.0, delta.total_seconds())
+    for delta, last_minute, spread in rows:
+        lag = max(0.0, delta.total_seconds() - spread)
         lags.append(lag)
         if last_minute:
             recent.append(lag)

@@ -27,6 +27,7 @@ api_v1 = [
     path("keys/<uuid:pk>", schedules_api.ApiKeyDetailView.as_view(), name="api-keys-detail"),
     path("keys/<uuid:pk>/revoke", schedules_api.ApiKeyRevokeView.as_view(), name="api-keys-revoke"),
     path("audit", schedules_api.AuditListView.as_view(), name="api-audit"),
+    path("forecast", __import__("scheduler_project.web.api.forecast", fromlist=["x"]).ForecastView.as_view(), name="api-forecast"),
 ]
 
 urlpatterns = [

@@ -40,6 +40,8 @@ class Tenant(models.Model):
     # (SCHEDULER_MAX_SCHEDULES_PER_TENANT, SCHEDULER_MAX_SUBMINUTE_SCHEDULES_PER_TENANT).
     max_schedules = models.PositiveIntegerField(null=True, blank=True)
     max_subminute_schedules = models.PositiveIntegerField(null=True, blank=True)
+    # The spread window (seconds) a new schedule gets when its request gives none (schedules.spread).
+    default_spread_seconds = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -253,6 +255,11 @@ class ScheduleVersion(models.Model):
     changes = models.JSONField(default=dict, blank=True)
     # The rule fires twice less than a minute apart: counts against the sub-minute quota.
     sub_minute = models.BooleanField(default=False)
+    # Spread (schedules.spread): a scheduled occurrence becomes eligible spread_offset_seconds after
+    # its nominal instant, an offset in [0, spread_seconds) derived from the schedule's id. Kept on
+    # the version, so a change of window is an edit like any other and every run says what it had.
+    spread_seconds = models.PositiveIntegerField(default=0)
+    spread_offset_seconds = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["schedule", "-version"]
@@ -279,6 +286,11 @@ class ScheduleVersion(models.Model):
             models.CheckConstraint(
                 condition=Q(end_at__isnull=True) | Q(start_at__isnull=True) | Q(end_at__gt=models.F("start_at")),
                 name="schedule_version_bounds_ordered",
+            ),
+            models.CheckConstraint(
+                condition=Q(spread_seconds=0, spread_offset_seconds=0)
+                | Q(spread_offset_seconds__lt=models.F("spread_seconds")),
+                name="schedule_version_spread_offset_within",
             ),
         ]
 

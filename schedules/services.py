@@ -16,6 +16,7 @@ from django.db.models import Sum
 from scheduler_project.errors import PayloadTooLarge, ValidationFailed
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, TenantScheduleCount
+from schedules.spread import spread_offset, spread_problem
 from schedules.targets import target_header_problems, url_allowed, url_shape_problem
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
@@ -40,6 +41,7 @@ VERSIONED_DEFAULTS = {
     "dst_repeated": "earlier",
     "start_at": None,
     "end_at": None,
+    "spread_seconds": None,  # the tenant's default_spread_seconds for a new schedule
 }
 TARGET_METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 # Bounds every caller gets here, the portal's form included (the API's serializers say the same at
@@ -313,11 +315,36 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Sc
         fields["sub_minute"] = is_sub_minute(rule, after=anchor_for(fields, now) - timedelta(microseconds=1))
     except timeexpr.ExpressionError as e:
         err(e.field, str(e))
+    if rule is not None:
+        _check_spread(tenant, fields, rule, now=now, err=err)
     if errors:
         raise ValidationFailed(errors)
     if quotas:
         check_quotas(tenant, sub_minute=fields["sub_minute"], schedule=schedule)
     return rule
+
+
+def _check_spread(tenant: Tenant, fields: dict, rule, *, now: datetime, err) -> None:
+    """The spread window must fit the rule (schedules.spread.spread_problem). A new schedule that
+    gives none takes its tenant's default, unless that default does not fit this rule: a default
+    the client never sent must never be the reason its request is refused, so it gets none."""
+    after = max(now, anchor_for(fields, now))
+    if fields.get("spread_seconds") is None:
+        default = tenant.default_spread_seconds or 0
+        fields["spread_seconds"] = default if default and spread_problem(default, rule, after=after) is None else 0
+        return
+    window = fields["spread_seconds"]
+    if not isinstance(window, int) or isinstance(window, bool):
+        err("spreadSeconds", "spreadSeconds must be a whole number of seconds")
+        return
+    problem = spread_problem(window, rule, after=after)
+    if problem:
+        err("spreadSeconds", problem)
+
+
+def with_spread_offset(fields: dict, schedule_id) -> dict:
+    """The version row's fields with the offset its window gives this schedule (schedules.spread)."""
+    return {**fields, "spread_offset_seconds": spread_offset(schedule_id, fields.get("spread_seconds") or 0)}
 
 
 def first_run_at(rule, fields: dict, *, after: datetime):
@@ -336,7 +363,8 @@ def first_run_at(rule, fields: dict, *, after: datetime):
 
 def new_version(schedule: Schedule, number: int, fields: dict, by: Actor, changes: dict) -> ScheduleVersion:
     return ScheduleVersion.objects.create(
-        schedule=schedule, version=number, created_by=by.name, changes=changes, **fields
+        schedule=schedule, version=number, created_by=by.name, changes=changes,
+        **with_spread_offset(fields, schedule.id)
     )
 
 

@@ -17,6 +17,7 @@ from scheduler_project.usernames import normalized_username
 from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
                               new_signing_secret)
 from schedules.services import SYSTEM, Actor, audit
+from schedules.spread import MAX_SPREAD_SECONDS
 
 KEY_PREFIX = "sk_"
 MAX_LABEL = 200
@@ -178,12 +179,19 @@ def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
 
 
 @transaction.atomic
+def _parse_default_spread(raw) -> int:
+    if raw in (None, 0) or str(raw).strip() in ("", "0"):
+        return 0
+    return parse_cap(raw, field="Default spread", maximum=MAX_SPREAD_SECONDS)
+
+
 def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in_flight=UNCHANGED,
-                           max_schedules=UNCHANGED, max_subminute_schedules=UNCHANGED, by: Actor,
-                           check_url=None) -> Tenant:
+                           max_schedules=UNCHANGED, max_subminute_schedules=UNCHANGED,
+                           default_spread_seconds=UNCHANGED, by: Actor, check_url=None) -> Tenant:
     """The operator-managed settings of a tenant, given as values or as the text of a form: where
-    its run notifications (webhooks) go (empty turns them off), its cap on runs in flight, and its
-    schedule quotas (empty: the deployment's default). Everything given is checked before
+    its run notifications (webhooks) go (empty turns them off), its cap on runs in flight, its
+    schedule quotas (empty: the deployment's default) and the spread window its new schedules get
+    when they give none (empty: none). Everything given is checked before
     anything changes, so a refused value leaves every setting as it was. Each change is audited.
 
     `check_url(url) -> problem or None` is a further check of a new webhook URL that this app
@@ -207,6 +215,8 @@ def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in
     read("max_schedules", parse_cap, max_schedules, field="Schedule quota", maximum=MAX_QUOTA)
     read("max_subminute_schedules", parse_cap, max_subminute_schedules, field="Sub-minute schedule quota",
          maximum=MAX_QUOTA)
+    # The window new schedules get when they give none (schedules.spread); empty or 0 is none.
+    read("default_spread_seconds", _parse_default_spread, default_spread_seconds)
     changed = {k: v for k, v in changes.items() if getattr(tenant, k) != v}
     if check_url and changed.get("notification_url"):
         # Last, after every other value was read: it may resolve a name.

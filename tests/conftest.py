@@ -97,6 +97,9 @@ def _fresh_process_caches():
 
     queue._policies.clear()
     queue._limits.loaded_at = -1e9
+    from dispatch import metrics
+
+    metrics._forecast_cache.clear()
 
 
 @pytest.fixture(autouse=True)

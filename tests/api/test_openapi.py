@@ -19,7 +19,7 @@ CONTRACT = {
     ("/api/v1/runs", "get"), ("/api/v1/runs/{id}", "get"),
     ("/api/v1/runs/{id}/retry", "post"), ("/api/v1/runs/{id}/cancel", "post"),
     ("/api/v1/keys", "get"), ("/api/v1/keys", "post"), ("/api/v1/keys/{id}", "get"),
-    ("/api/v1/keys/{id}/revoke", "post"), ("/api/v1/audit", "get"),
+    ("/api/v1/keys/{id}/revoke", "post"), ("/api/v1/audit", "get"), ("/api/v1/forecast", "get"),
 }
 
 

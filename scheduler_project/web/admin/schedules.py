@@ -29,13 +29,14 @@ class TargetPrefixInline(OperatorInline):
 
 @admin.register(Tenant)
 class TenantAdmin(OperatorAdmin):
-    list_display = ("slug", "name", "max_in_flight", "max_schedules", "max_subminute_schedules", "notification_url",
-                    "created_at")
+    list_display = ("slug", "name", "max_in_flight", "max_schedules", "max_subminute_schedules",
+                    "default_spread_seconds", "notification_url", "created_at")
     search_fields = ("slug", "name")
     inlines = [TargetPrefixInline]
     # The allowlist, webhook, caps and quotas change through the portal's tenant page (audited
     # services); a direct admin edit would leave no audit entry.
-    readonly_fields = ("notification_url", "max_in_flight", "max_schedules", "max_subminute_schedules", "created_at")
+    readonly_fields = ("notification_url", "max_in_flight", "max_schedules", "max_subminute_schedules",
+                       "default_spread_seconds", "created_at")
     # The secret is shown to operators who may see secrets only (the read-only role may not).
     exclude = ("signing_secret",)
 
@@ -102,7 +103,8 @@ class ApiKeyAdmin(OperatorAdmin):
 
 class VersionInline(OperatorInline):
     model = ScheduleVersion
-    fields = ("version", "expression", "time_zone", "target_url", "created_by", "created_at", "changes")
+    fields = ("version", "expression", "time_zone", "target_url", "spread_seconds", "spread_offset_seconds",
+              "created_by", "created_at", "changes")
     readonly_fields = fields
 
 

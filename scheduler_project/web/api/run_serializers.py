@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from runs.models import AttemptOutcome, Run, RunKind, RunState, with_history
+from runs.models import AttemptOutcome, Run, RunKind, RunState, with_history, with_spread
 
 
 @extend_schema_serializer(component_name="Attempt")
@@ -31,7 +31,15 @@ class RunOut(serializers.Serializer):
     id = serializers.UUIDField()
     scheduleId = serializers.UUIDField(source="schedule_id")
     scheduleVersion = serializers.IntegerField(source="schedule_version")
-    scheduledTime = serializers.DateTimeField(source="scheduled_time")
+    scheduledTime = serializers.DateTimeField(source="scheduled_time",
+                                              help_text="the occurrence's nominal instant: its identity")
+    nominalTime = serializers.DateTimeField(source="scheduled_time", help_text="the same as scheduledTime")
+    eligibleAt = serializers.DateTimeField(
+        source="eligible_from", help_text="when its first attempt could start: nominal + spreadOffsetSeconds "
+                                          "(a backfill: when it was made); lags are measured from here")
+    spreadSeconds = serializers.IntegerField(source="spread_seconds",
+                                             help_text="its version's spread window; 0 for manual and backfill runs")
+    spreadOffsetSeconds = serializers.IntegerField(source="spread_offset_seconds")
     localTime = serializers.CharField(source="occurrence.local_time")
     note = serializers.CharField(source="occurrence.note", allow_blank=True)
     kind = serializers.ChoiceField(choices=RunKind.choices)
@@ -54,6 +62,7 @@ class RunOut(serializers.Serializer):
     def to_representation(self, run: Run):
         if not hasattr(run, "attempt_list"):
             with_history([run])
+        with_spread([run])  # nothing to read when the caller read them for its page
         data = super().to_representation(run)
         data["reason"] = data["reason"] or None
         data["leaseOwner"] = data["leaseOwner"] or None

@@ -5,7 +5,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
 
 from runs import services
-from runs.models import Run, RunState, with_history
+from runs.models import Run, RunState, with_history, with_spread
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.errors import ValidationFailed
@@ -69,7 +69,7 @@ class RunListView(ApiView):
             qs = qs.filter(scheduled_time__lt=end)
         page = RUN_PAGES.page_from_params(qs, params)
         # One query for the whole page's occurrences and one for its attempts, not one per run.
-        with_history(page.items)
+        with_spread(with_history(page.items))
         return Response({"results": RunOut(page.items, many=True).data, "next": page.next})
 
 

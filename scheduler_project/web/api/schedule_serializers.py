@@ -6,7 +6,7 @@ what a schedule means (expression, zone, allowlist, bounds) is checked by `sched
 """
 
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer, inline_serializer
@@ -17,6 +17,7 @@ from rest_framework.settings import api_settings
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleStatus
 from schedules.services import (MAX_CATCHUP_LIMIT, MAX_EXPRESSION, MAX_NAME, MAX_POLICY_SECONDS, MAX_URL,
                                 MIN_BACKOFF_SECONDS, TARGET_METHODS)
+from schedules.spread import MAX_SPREAD_SECONDS
 from schedules.targets import MAX_HEADER_VALUE, target_header_problems
 from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES
 from scheduler_project.web.api.audit_shape import audit_value
@@ -172,6 +173,11 @@ class ScheduleIn(StrictSerializer):
     dstPolicy = DstPolicyIn(required=False)
     startAt = UtcDateTimeField(required=False, allow_null=True)
     endAt = UtcDateTimeField(required=False, allow_null=True)
+    spreadSeconds = StrictIntegerField(
+        min_value=0, max_value=MAX_SPREAD_SECONDS, required=False,
+        help_text="each occurrence becomes eligible a fixed offset in [0, spreadSeconds) after its nominal "
+                  "instant, the same every time for this schedule; below the rule's shortest interval; "
+                  "default: the tenant's defaultSpreadSeconds")
 
 
 @extend_schema_serializer(component_name="ScheduleEdit")
@@ -367,7 +373,7 @@ def to_fields(data: dict) -> dict:
         "name": "name", "expression": "expression", "timeZone": "time_zone", "payload": "payload",
         "misfirePolicy": "misfire_policy", "catchupLimit": "catchup_limit",
         "misfireGraceSeconds": "misfire_grace_seconds", "overlapPolicy": "overlap_policy",
-        "startAt": "start_at", "endAt": "end_at",
+        "startAt": "start_at", "endAt": "end_at", "spreadSeconds": "spread_seconds",
     }
     for k, v in simple.items():
         if k in data:
@@ -429,6 +435,10 @@ class ScheduleOut(serializers.Serializer):
     dstPolicy = DstPolicyOut(source="current")
     startAt = serializers.DateTimeField(source="current.start_at", allow_null=True)
     endAt = serializers.DateTimeField(source="current.end_at", allow_null=True)
+    spreadSeconds = serializers.IntegerField(source="current.spread_seconds", help_text="the spread window, 0 for none")
+    spreadOffsetSeconds = serializers.IntegerField(
+        source="current.spread_offset_seconds",
+        help_text="this schedule's offset in [0, spreadSeconds): each occurrence is eligible this long after it")
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
     pausedAt = serializers.DateTimeField(source="paused_at", allow_null=True)
@@ -467,11 +477,20 @@ class OccurrenceOut(serializers.Serializer):
     wall = serializers.CharField(help_text="the local wall time the rule meant")
     note = serializers.CharField(allow_null=True, help_text="why DST moved or dropped it, else null")
     dropped = serializers.BooleanField(help_text="true when the DST policy drops this instant (no run)")
+    startsAt = serializers.DateTimeField(
+        required=False, help_text="a schedule's preview: when the run becomes eligible (at + its spread offset)")
 
 
-def occurrence_json(wire: dict) -> dict:
-    return {"at": wire["at"], "local": wire["local"], "wall": wire["wall"], "note": wire["note"],
-            "dropped": bool(wire.get("dropped"))}
+def occurrence_json(wire: dict, *, offset_seconds: int | None = None) -> dict:
+    """An occurrence on the wire; a schedule's preview (`offset_seconds` given) also says when its
+    run becomes eligible."""
+    out = {"at": wire["at"], "local": wire["local"], "wall": wire["wall"], "note": wire["note"],
+           "dropped": bool(wire.get("dropped"))}
+    if offset_seconds is not None:
+        at = datetime.fromisoformat(wire["at"].replace("Z", "+00:00")) + timedelta(seconds=offset_seconds)
+        out["startsAt"] = at.astimezone(timezone.utc).replace(tzinfo=None).isoformat(
+            timespec="microseconds" if at.microsecond else "seconds") + "Z"
+    return out
 
 
 @extend_schema_serializer(component_name="OccurrenceList")

@@ -322,7 +322,8 @@ class ScheduleOccurrencesView(ApiView):
             occs = upcoming(schedule, rule_for(schedule.current, schedule.anchor_at), count)
         except timeexpr.ExpressionError as e:  # a stored rule the engine now refuses, or over budget
             raise ValidationFailed({e.field: [str(e)]})
-        return Response({"occurrences": [occurrence_json(timeexpr.to_wire(o)) for o in occs]})
+        offset = schedule.current.spread_offset_seconds
+        return Response({"occurrences": [occurrence_json(timeexpr.to_wire(o), offset_seconds=offset) for o in occs]})
 
 
 class ExpressionPreviewView(ApiView):

@@ -45,6 +45,7 @@ INTS = {
     "max_attempts": "Attempts",
     "misfire_grace_seconds": "Misfire grace",
     "catchup_limit": "Catch-up limit",
+    "spread_seconds": "Spread",
 }
 FLOATS = {"backoff_base_seconds": "Backoff from", "backoff_max_seconds": "Backoff up to"}
 CHOICES = {
@@ -59,6 +60,7 @@ SERVICE_FIELDS = {
     "expression": "expression", "timeZone": "time_zone", "dstPolicy": "dst_skipped", "startAt": "start_at",
     "endAt": "end_at", "target": "target_url", "retryPolicy": "max_attempts", "payload": "payload", "name": "name",
     "catchupLimit": "catchup_limit", "misfireGraceSeconds": "misfire_grace_seconds",
+    "spreadSeconds": "spread_seconds",
 }
 
 
@@ -373,6 +375,10 @@ def schedule_edit(request, pk):
         values = _form_values(version_fields(schedule.current), schedule.version)
         return render_view(request, "schedules/form.html", _form_context(request, values, {}, **ctx))
     given, errors = parse_form(request.POST)
+    if "spread_seconds" not in request.POST:
+        given.pop("spread_seconds", None)  # a form without the field leaves the spread as it is
+    elif given.get("spread_seconds") is None:
+        given["spread_seconds"] = 0  # cleared on an edit: none (a new schedule's blank is the tenant's default)
     values = _values_from_post(request.POST, given)
     try:
         expected = int(request.POST.get("version", ""))

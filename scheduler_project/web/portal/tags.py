@@ -1,9 +1,12 @@
 """The portal's template tags and filters (`{% load portal %}`); the rules are in display.py."""
 
+from datetime import timedelta
+
 from django import template
 from django.utils.html import format_html
 
 from scheduler_project.web.portal import display
+from schedules.spread import describe
 
 register = template.Library()
 
@@ -119,3 +122,17 @@ def target_limit(max_concurrency):
     from runs.queue import idle_holding
 
     return str(max_concurrency) if max_concurrency is not None else f"default: {idle_holding().host_cap} / worker"
+
+
+@register.simple_tag
+def spread_start(dt, offset_seconds, zone, fmt="full"):
+    """When an occurrence at `dt` becomes eligible under its schedule's spread offset."""
+    if dt is None:
+        return "—"
+    return walltime(dt + timedelta(seconds=offset_seconds or 0), zone, fmt)
+
+
+@register.filter
+def spread_words(window) -> str:
+    """A spread window in words: "10-minute", "90-second"."""
+    return describe(int(window or 0))

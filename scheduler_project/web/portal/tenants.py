@@ -19,7 +19,8 @@ from schedules.models import ApiKey, MemberRole, TargetPrefix, Tenant, TenantMem
 
 # The settings form's fields and the service's arguments; a field the form does not carry is
 # left as it is.
-SETTINGS_FIELDS = ("notification_url", "max_in_flight", "max_schedules", "max_subminute_schedules")
+SETTINGS_FIELDS = ("notification_url", "max_in_flight", "max_schedules", "max_subminute_schedules",
+                   "default_spread_seconds")
 
 
 @portal_view

@@ -2,8 +2,8 @@
 
 from django.urls import path
 
-from scheduler_project.web.portal import (audit, dashboard, dlq, preferences, runs, schedule_form, schedules, tenants,
-                                          workers)
+from scheduler_project.web.portal import (audit, dashboard, dlq, forecast, preferences, runs, schedule_form, schedules,
+                                          tenants, workers)
 
 urlpatterns = [
     path("", dashboard.dashboard, name="runs-dashboard"),
@@ -14,6 +14,8 @@ urlpatterns = [
     path("dlq/", dlq.dlq, name="runs-dlq"),
     path("dlq/action", dlq.dlq_action, name="runs-dlq-action"),
     path("workers/", workers.workers, name="dispatch-workers"),
+    path("forecast/", forecast.forecast_page, name="dispatch-forecast"),
+    path("forecast/spread", forecast.forecast_spread, name="dispatch-forecast-spread"),
     path("schedules/", schedules.schedule_list, name="schedules-list"),
     path("schedules/new", schedule_form.schedule_create, name="schedules-create"),
     path("schedules/preview", schedule_form.expression_preview, name="schedules-preview"),

@@ -1,0 +1,96 @@
+"""The forecast (issue 28): runs becoming eligible per bucket ahead, from the schedules and the runs
+made ahead, exact within its budget and sampled beyond; the 2,000 schedules of one minute before a
+spread, and their flattened shape after it; portal page, API and /metrics."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+
+from dispatch import forecast as fc
+from runs import schedule_changes
+from scheduler_project.dbclock import db_now
+from schedules.models import Schedule
+from tests.helpers import ACTOR, make_schedule
+from tests.timesched.support import scan_until_idle
+
+pytestmark = pytest.mark.django_db
+
+MANY = 2_000
+
+
+def _minute_ahead(minutes=30):
+    return (db_now() + timedelta(minutes=minutes)).replace(second=0, microsecond=0)
+
+
+def _daily(tenant, url, minute, count, **fields):
+    made = []
+    for start in range(0, count, 1000):
+        items = [{"expression": f"{minute.minute} {minute.hour} * * *", "time_zone": "UTC", "target_url": url, **fields}
+                 for _ in range(min(1000, count - start))]
+        made += schedule_changes.create_schedules(tenant, items, by=ACTOR, now=db_now())
+    return made
+
+
+def _hour_bucket(f, minute):
+    return next(b for b in f.tiers["hour"] if b.start == minute)
+
+
+def test_the_forecast_shows_the_minutes_surge_and_the_flattened_shape_after_a_spread(tenant, target):
+    minute = _minute_ahead()
+    made = _daily(tenant, target.url + "/d", minute, MANY)
+    f = fc.forecast(tenant_ids=[tenant.id])
+    assert f.exact and f.method == "exact"
+    assert _hour_bucket(f, minute).due == MANY
+    assert f.peak().start == minute and f.peak().due == MANY
+    day = sum(b.due for b in f.tiers["day"])
+    week = sum(b.due for b in f.tiers["week"])
+    assert day == MANY and week == 7 * MANY  # once a day for a week
+    for s in made:
+        schedule_changes.edit_schedule(s, expected_version=1, changes={"spread_seconds": 600}, by=ACTOR)
+    f = fc.forecast(tenant_ids=[tenant.id])
+    counts = [_hour_bucket(f, minute + timedelta(minutes=i)).due for i in range(10)]
+    assert sum(counts) == MANY and max(counts) <= 2 * MANY / 10, counts
+    # And it is what the scanner then makes: each minute's forecast count is the runs eligible in it.
+    scan_until_idle(horizon=timedelta(hours=1), batch=1000)
+    from runs.models import Run
+    eligible = list(Run.objects.filter(tenant=tenant).values_list("next_eligible_at", flat=True))
+    assert len(eligible) == MANY
+    made_counts = [sum(1 for e in eligible if minute + timedelta(minutes=i) <= e < minute + timedelta(minutes=i + 1))
+                   for i in range(10)]
+    assert made_counts == counts
+    # Made ahead, they are counted from the runs now, not twice.
+    after = fc.forecast(tenant_ids=[tenant.id])
+    assert [_hour_bucket(after, minute + timedelta(minutes=i)).due for i in range(10)] == counts
+
+
+def test_beyond_its_budget_the_forecast_samples_and_says_so(tenant, target, monkeypatch):
+    minute = _minute_ahead()
+    _daily(tenant, target.url + "/d", minute, 1000)
+    monkeypatch.setattr(fc, "EXACT_SCHEDULES", 300)
+    f = fc.forecast(tenant_ids=[tenant.id])
+    assert not f.exact and f.method.startswith("sampled") and f.schedules_counted == 300
+    # A uniform sample by id: the estimate is within a few standard errors of the truth.
+    assert 700 < _hour_bucket(f, minute).due < 1400 and 700 < f.schedules_estimated < 1400
+
+
+def test_one_target_host_and_other_tenants(tenant, other_tenant, target):
+    minute = _minute_ahead()
+    make_schedule(tenant, target.url + "/d", expression=f"{minute.minute} {minute.hour} * * *")
+    make_schedule(other_tenant, target.url + "/d", expression=f"{minute.minute} {minute.hour} * * *")
+    host = f"127.0.0.1:{target.port}"
+    assert _hour_bucket(fc.forecast(tenant_ids=[tenant.id]), minute).due == 1
+    assert _hour_bucket(fc.forecast(), minute).due == 2
+    assert _hour_bucket(fc.forecast(host=host), minute).due == 2
+    assert _hour_bucket(fc.forecast(host="elsewhere:443"), minute).due == 0
+
+
+def test_a_peak_beyond_the_observed_capacity_warns(tenant, target):
+    from dispatch.models import ALL_TENANTS, ActivityMinute
+    ActivityMinute.objects.create(tenant_id=ALL_TENANTS, minute=db_now().replace(second=0, microsecond=0)
+                                  - timedelta(hours=1), succeeded=600)  # 10 runs/s at its best
+    minute = _minute_ahead()
+    _daily(tenant, target.url + "/d", minute, 2000)  # 200 s to start at 10/s, past a 60 s grace
+    f = fc.forecast()
+    assert f.capacity.peak_runs_per_second == 10
+    assert any(w.startswith(minute.strftime("%H:%M") + ": 2,000 due; at the observed 10.0 runs/s") for w in f.warnings), f.warnings
