@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from scheduler_project.web.health import metrics_view
 from scheduler_project.web.api import runs as runs_api
 from scheduler_project.web import health
+from scheduler_project.web.api import owners as owners_api
 from scheduler_project.web.api import schedules as schedules_api
 
 api_v1 = [
@@ -24,6 +25,15 @@ api_v1 = [
     path("keys/<uuid:pk>", schedules_api.ApiKeyDetailView.as_view(), name="api-keys-detail"),
     path("keys/<uuid:pk>/revoke", schedules_api.ApiKeyRevokeView.as_view(), name="api-keys-revoke"),
     path("audit", schedules_api.AuditListView.as_view(), name="api-audit"),
+    path("owners", owners_api.OwnerListView.as_view(), name="api-owners"),
+    path("owners/<slug:slug>", owners_api.OwnerDetailView.as_view(), name="api-owners-detail"),
+    path("owners/<slug:slug>/test-notification", owners_api.OwnerTestView.as_view(), name="api-owners-test"),
+    path("incident-rules", owners_api.RuleListView.as_view(), name="api-incident-rules"),
+    path("incident-rules/<str:rule>", owners_api.RuleDetailView.as_view(), name="api-incident-rules-detail"),
+    path("incidents", owners_api.IncidentListView.as_view(), name="api-incidents"),
+    path("incidents/<int:pk>", owners_api.IncidentDetailView.as_view(), name="api-incidents-detail"),
+    path("incidents/<int:pk>/acknowledge", owners_api.IncidentAcknowledgeView.as_view(), name="api-incidents-ack"),
+    path("incidents/<int:pk>/resolve", owners_api.IncidentResolveView.as_view(), name="api-incidents-resolve"),
 ]
 
 urlpatterns = [

@@ -18,12 +18,15 @@ log = logging.getLogger("scheduler.loops")
 
 
 def start_loops(loops: LoopThreads) -> None:
-    """The scanner, reconciler and relay, each on its own thread (and so its own connection)."""
+    """The scanner, reconciler, relay, activity, maintenance, incidents and notification loops,
+    each on its own thread (and so its own connection)."""
     loops.start(Scanner())
     loops.start(Reconciler())
     loops.start(Relay())
     loops.start(__import__("dispatch.activity", fromlist=["ActivityAggregator"]).ActivityAggregator())
     loops.start(__import__("dispatch.maintenance", fromlist=["Maintenance"]).Maintenance())
+    loops.start(__import__("dispatch.incidents", fromlist=["IncidentEvaluator"]).IncidentEvaluator())
+    loops.start(__import__("dispatch.notifications", fromlist=["NotificationRelay"]).NotificationRelay())
 
 
 def default_workers() -> int:

@@ -2,8 +2,8 @@
 
 from django.urls import path
 
-from scheduler_project.web.portal import (audit, dashboard, dlq, preferences, runs, schedule_form, schedules, tenants,
-                                          workers)
+from scheduler_project.web.portal import (audit, dashboard, dlq, incidents, preferences, runs, schedule_form, schedules,
+                                          tenants, workers)
 
 urlpatterns = [
     path("", dashboard.dashboard, name="runs-dashboard"),
@@ -35,5 +35,9 @@ urlpatterns = [
     path("tenants/<uuid:pk>/keys/<uuid:key_id>/revoke", tenants.key_revoke, name="schedules-key-revoke"),
     path("tenants/<uuid:pk>/targets", tenants.target_add, name="schedules-target-add"),
     path("tenants/<uuid:pk>/targets/<int:target_id>/remove", tenants.target_remove, name="schedules-target-remove"),
+    path("incidents/", incidents.incident_list, name="incidents-list"),
+    path("incidents/<int:pk>/acknowledge", incidents.incident_acknowledge, name="incidents-acknowledge"),
+    path("incidents/<int:pk>/resolve", incidents.incident_resolve, name="incidents-resolve"),
+    path("owners/<uuid:pk>/", incidents.owner_detail, name="incidents-owner"),
     path("preferences/time", preferences.time_preference, name="portal-time-preference"),
 ]
