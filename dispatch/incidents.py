@@ -226,10 +226,11 @@ class Pass:
         for inc in self.touched.values():
             inc.save(update_fields=["occurrences", "last_seen_at", "last_run_id", "last_error", "state",
                                     "resolved_at", "resolved_by"])
-        failing = {sid: n for sid, n in self.streaks.items() if n > 0}
-        FailureStreak.objects.filter(schedule_id__in=[s for s in schedule_ids if s not in failing]).delete()
-        for sid, n in failing.items():
-            FailureStreak.objects.update_or_create(schedule_id=sid, defaults={"failures": n})
+        # The pass's schedules' streaks written back whole: two statements however many changed
+        # (the cursor lock keeps other passes off them meanwhile).
+        FailureStreak.objects.filter(schedule_id__in=schedule_ids).delete()
+        FailureStreak.objects.bulk_create([FailureStreak(schedule_id=sid, failures=n)
+                                           for sid, n in self.streaks.items() if n > 0 and sid in schedule_ids])
         if self.notes:
             Notification.objects.bulk_create(self.notes)
         if self.audits:
@@ -386,8 +387,9 @@ class IncidentEvaluator:
             if due:
                 probe_missed(now)
                 cursor.probed_at = now
-            cursor.updated_at = now
-            cursor.save()
+            if taken or due:  # an idle pass between probes writes nothing (SQLite has one writer)
+                cursor.updated_at = now
+                cursor.save()
         return len(taken) == self.batch
 
 

@@ -70,3 +70,17 @@ def test_the_owner_page_lists_its_schedules_and_open_incidents(acme, incident):
     assert "Billing team" in page and "nightly-export" in page and "3 since" in page
     page = acme.get(f"/incidents/?owner={incident.owner_id}").content.decode()
     assert "nightly-export failed" in page
+
+
+def test_a_schedules_owner_is_changed_from_its_page_audited_without_a_version(acme, viewer, globex, incident):
+    sid = incident.schedule_id
+    assert "Billing team" in acme.get(f"/schedules/{sid}/owner").content.decode()
+    assert viewer.post(f"/schedules/{sid}/owner", {"owner": ""}).status_code == 403
+    assert globex.get(f"/schedules/{sid}/owner").status_code == 404
+    r = acme.post(f"/schedules/{sid}/owner", {"owner": ""})
+    assert r.status_code == 302
+    s = Schedule.objects.get(id=sid)
+    assert s.owner_id is None and s.version == 1
+    assert AuditEntry.objects.get(action="schedule.owner").after == {"owner": None}
+    acme.post(f"/schedules/{sid}/owner", {"owner": str(incident.owner_id)})
+    assert Schedule.objects.get(id=sid).owner_id == incident.owner_id

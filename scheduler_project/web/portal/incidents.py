@@ -2,11 +2,13 @@
 tenant), acknowledging and resolving (dispatch.incidents, audited; operate_runs), and an owner's
 page (its schedules and incidents). Scoped like everything else."""
 
+from django.contrib import messages
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from dispatch import incidents
 from dispatch.models import Incident, IncidentRule, IncidentState
+from runs.schedule_changes import edit_schedule
 from scheduler_project.web.access import actor_for, can, get_scoped, is_operator, portal_view, require, scope, \
     visible_tenants
 from scheduler_project.web.pagination import INCIDENT_PAGES, SCHEDULE_PAGES
@@ -75,3 +77,25 @@ def owner_detail(request, pk):
         "owner": owner, "schedules": schedules, "incidents": open_incidents,
         "is_default": owner.tenant.default_owner_id == owner.id,
     })
+
+
+@portal_view
+def schedule_owner(request, pk):
+    """Choose a schedule's owner: a page of its own (GET the form, POST the change), which goes
+    through runs.schedule_changes.edit_schedule like every schedule change (audited, no version)."""
+    schedule = get_scoped(Schedule.objects.select_related("tenant", "owner"), request.user, id=pk)
+    owners = list(Owner.objects.filter(tenant_id=schedule.tenant_id))
+    if request.method == "POST":
+        require(request.user, "operate_schedules", schedule.tenant_id)
+        chosen = parse_uuid(request.POST.get("owner"))
+        owner = next((o for o in owners if o.id == chosen), None)
+        if chosen and owner is None:
+            messages.error(request, "Owner: not an owner of this schedule's tenant.")
+        else:
+            call_service(request, edit_schedule, schedule, expected_version=schedule.version, changes={},
+                         owner=owner, by=actor_for(request),
+                         success=f"Owner: {owner.name}." if owner else "This schedule has no owner now.")
+            return redirect("schedules-detail", schedule.id)
+    return render_view(request, "incidents/schedule_owner.html", {
+        "schedule": schedule, "owners": owners,
+        "can_change": can(request.user, "operate_schedules", schedule.tenant_id)})
