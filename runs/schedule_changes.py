@@ -76,6 +76,8 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
     version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={}, **fields)
     schedule = Schedule(id=sid, tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now),
                         shard=shard_bucket(sid), owner_id=_owner_id(tenant, owner))
+    if owner is not UNSET and owner is not None:
+        schedule.owner = owner  # the answer shows its slug without reading it again
     # Created paused: nothing is due until it is resumed, which computes from that moment.
     schedule.next_run_at = next_at if enabled else None
     schedule.paused_at = None if enabled else now
