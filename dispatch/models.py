@@ -198,3 +198,169 @@ class ActivityPending(models.Model):
     ends. As many rows as calls were in flight at one pass, at most."""
 
     attempt_id = models.BigIntegerField(primary_key=True)
+
+
+# --- incidents and their notifications (dispatch.incidents, dispatch.notifications) ----------
+
+
+class IncidentRule(models.TextChoices):
+    """What opens an incident (docs/incidents.md says exactly when each fires and clears)."""
+
+    DEAD = "dead"  # a run of the schedule went to the dead-letter queue
+    CONSECUTIVE_FAILURES = "consecutive_failures"  # N failed attempts in a row, no success between
+    MISSED_START = "missed_start"  # a run not started within its grace after its eligible time
+    START_LAG = "start_lag"  # a run started more than `threshold` seconds after its scheduled time
+    DLQ_GROWTH = "dlq_growth"  # the tenant's runs went dead more than `threshold` times in an hour
+
+
+RULES = [r.value for r in IncidentRule]
+TENANT_RULES = (IncidentRule.DLQ_GROWTH,)
+
+
+class IncidentState(models.TextChoices):
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"  # still open: a person is on it; it still resolves by itself
+    RESOLVED = "resolved"
+
+
+class IncidentPolicy(models.Model):
+    """A rule's setting for a tenant (schedule null) or one of its schedules (overrides the
+    tenant's). Without a row the deployment's default applies (dispatch.incidents.DEFAULTS)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("schedules.Tenant", on_delete=models.CASCADE, related_name="+")
+    schedule = models.ForeignKey("schedules.Schedule", on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="+")
+    rule = models.CharField(max_length=32, choices=IncidentRule.choices)
+    enabled = models.BooleanField(default=True)
+    # N for consecutive_failures, seconds for start_lag, K for dlq_growth; unused otherwise.
+    threshold = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "rule"], condition=Q(schedule__isnull=True),
+                                    name="incident_policy_tenant_unique"),
+            models.UniqueConstraint(fields=["schedule", "rule"], condition=Q(schedule__isnull=False),
+                                    name="incident_policy_schedule_unique"),
+            models.CheckConstraint(condition=Q(rule__in=RULES), name="incident_policy_rule_valid"),
+        ]
+
+
+class Incident(models.Model):
+    """One firing of a rule for a schedule (or, for tenant-wide rules, a tenant), open while the
+    condition holds: later occurrences add to `occurrences` and `last_seen_at` without paging."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("schedules.Tenant", on_delete=models.CASCADE, related_name="+")
+    schedule = models.ForeignKey("schedules.Schedule", on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="+")
+    owner = models.ForeignKey("schedules.Owner", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    rule = models.CharField(max_length=32, choices=IncidentRule.choices)
+    state = models.CharField(max_length=16, choices=IncidentState.choices, default=IncidentState.OPEN)
+    summary = models.CharField(max_length=500)
+    occurrences = models.PositiveIntegerField(default=1)
+    opened_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    last_run_id = models.UUIDField(null=True, blank=True)
+    last_error = models.CharField(max_length=300, blank=True, default="")
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=200, blank=True, default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True, default="")  # "system:incidents" when it cleared
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            # One open incident per (schedule, rule) and per (tenant, rule) for tenant-wide rules:
+            # two evaluators (or an evaluator and a person) can never open a second one.
+            models.UniqueConstraint(fields=["schedule", "rule"], name="incident_one_open_per_schedule",
+                                    condition=Q(schedule__isnull=False) & ~Q(state="resolved")),
+            models.UniqueConstraint(fields=["tenant", "rule"], name="incident_one_open_per_tenant",
+                                    condition=Q(schedule__isnull=True) & ~Q(state="resolved")),
+            models.CheckConstraint(condition=Q(rule__in=RULES), name="incident_rule_valid"),
+            models.CheckConstraint(condition=Q(state__in=["open", "acknowledged", "resolved"]),
+                                   name="incident_state_valid"),
+            models.CheckConstraint(condition=~Q(state="resolved") | Q(resolved_at__isnull=False),
+                                   name="incident_resolved_has_time"),
+        ]
+        indexes = [
+            # The incidents pages and API: a tenant's newest first; an owner's; a schedule's.
+            models.Index(fields=["tenant", "-opened_at"], name="incident_tenant_opened_idx"),
+            models.Index(fields=["owner", "-opened_at"], name="incident_owner_opened_idx",
+                         condition=Q(owner__isnull=False)),
+            models.Index(fields=["schedule", "-opened_at"], name="incident_schedule_opened_idx",
+                         condition=Q(schedule__isnull=False)),
+        ]
+
+
+class FailureStreak(models.Model):
+    """Failed attempts in a row of one schedule since its last success (the consecutive_failures
+    rule); the row is deleted on a success, so the table holds only schedules now failing."""
+
+    schedule_id = models.UUIDField(primary_key=True)
+    failures = models.PositiveIntegerField(default=0)
+
+
+class DeadMinute(models.Model):
+    """Runs of one tenant that went dead in one minute (the dlq_growth rule sums the last hour)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant_id = models.UUIDField()
+    minute = models.DateTimeField()
+    dead = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant_id", "minute"], name="dead_minute_unique")]
+        indexes = [
+            # The incidents loop's pruning of minutes older than the hour.
+            models.Index(fields=["minute"], name="dead_minute_time_idx"),
+        ]
+
+
+class IncidentCursor(models.Model):
+    """How far the incidents loop has read the outbox (every event with an id up to `watermark`
+    has been evaluated). One row; its lock makes several loops take turns."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    watermark = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(null=True, blank=True)
+    probed_at = models.DateTimeField(null=True, blank=True)
+
+
+class NotificationChannel(models.TextChoices):
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+
+
+class Notification(models.Model):
+    """An incident's message to one channel of its owner: an outbox row written in the
+    transaction that opened or resolved the incident, delivered at least once (the same event id
+    on every try: consumers dedupe by it) by dispatch.notifications."""
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey("schedules.Tenant", on_delete=models.CASCADE, related_name="+")
+    owner = models.ForeignKey("schedules.Owner", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="notifications")
+    kind = models.CharField(max_length=40)  # incident.opened, incident.resolved, incident.test
+    channel = models.CharField(max_length=16, choices=NotificationChannel.choices)
+    destination = models.CharField(max_length=2000)  # the webhook URL or e-mail address, as it was
+    webhook_format = models.CharField(max_length=16, default="json")
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+    publish_attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # The notification relay's claim: never-tried rows (next_attempt_at null) in id order,
+            # and due retries by next_attempt_at (dispatch.notifications.claim).
+            models.Index(fields=["next_attempt_at", "id"], name="notification_due_idx",
+                         condition=Q(published_at__isnull=True)),
+            models.Index(fields=["published_at"], name="notification_published_idx",
+                         condition=Q(published_at__isnull=False)),
+        ]

@@ -52,7 +52,19 @@ from schedules.services import (
 )
 
 
-def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: bool, now: datetime):
+# An owner argument not given: create takes the tenant's default owner, edit leaves it.
+UNSET = object()
+
+
+def _owner_id(tenant: Tenant, owner):
+    if owner is UNSET:
+        return tenant.default_owner_id
+    if owner is not None and owner.tenant_id != tenant.id:
+        raise ValidationFailed({"owner": ["not an owner of this tenant"]})
+    return owner.id if owner is not None else None
+
+
+def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: bool, now: datetime, owner=UNSET):
     """The unsaved schedule and its version 1 for validated `fields`. The schedule's id is made here,
     so the version can point at it before either row exists (both foreign keys are checked at
     commit): the schedule is then inserted once, with its current version already set."""
@@ -61,7 +73,9 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
     version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={},
                               **with_spread_offset(fields, sid))
     schedule = Schedule(id=sid, tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now),
-                        shard=shard_bucket(sid))
+                        shard=shard_bucket(sid), owner_id=_owner_id(tenant, owner))
+    if owner is not UNSET and owner is not None:
+        schedule.owner = owner  # the answer shows its slug without reading it again
     # Created paused: nothing is due until it is resumed, which computes from that moment.
     schedule.next_run_at = next_at if enabled else None
     schedule.paused_at = None if enabled else now
@@ -80,8 +94,11 @@ def check_fires(rule, fields: dict, *, now: datetime):
 
 
 def _created_entry(schedule: Schedule, fields: dict, *, tenant: Tenant, by: Actor) -> AuditEntry:
+    after = jsonable(fields)
+    if schedule.owner_id:
+        after["owner_id"] = str(schedule.owner_id)
     return audit_entry("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant,
-                       after=jsonable(fields))
+                       after=after)
 
 
 def _wake_scanners_for(schedules, now: datetime) -> None:
@@ -93,14 +110,15 @@ def _wake_scanners_for(schedules, now: datetime) -> None:
         notify(SCHEDULES_CHANNEL)
 
 
-def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime) -> Schedule:
+def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime,
+                    owner=UNSET) -> Schedule:
     """Validate and store a new schedule at version 1 with its first due instant: two inserts and
     the audit entry. The inserts are atomic by themselves (store.insert_schedule); only a quota
     near its limit, whose tenant lock must be held until they commit, needs a transaction around
     them, so a create far from every limit costs no BEGIN and COMMIT round trips."""
     fields = {**VERSIONED_DEFAULTS, **given}
     rule = validate_fields(tenant, fields, now=now, quotas=False)
-    schedule, version = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)
+    schedule, version = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now, owner=owner)
     entry = _created_entry(schedule, fields, tenant=tenant, by=by)
     with transaction.atomic() if quota_locks(tenant, [fields["sub_minute"]]) else nullcontext():
         check_quotas(tenant, sub_minute=fields["sub_minute"], schedule=None)
@@ -138,10 +156,11 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
         given = dict(given)
         enabled = given.pop("enabled", True)
         managed_name = given.pop("managed_name", None)  # a schedule set's (runs.schedule_apply)
+        owner = given.pop("owner", UNSET)
         fields = {**VERSIONED_DEFAULTS, **given}
         try:
             rule = validate_fields(tenant, fields, now=now, quotas=False)
-            made = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now)
+            made = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now, owner=owner)
             made[0].managed_name = managed_name
             results.append((fields, made))
             valid.append((index, fields))
@@ -228,7 +247,7 @@ class Merged:
 
 @transaction.atomic
 def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bool | None = None, by: Actor,
-                  merge: bool = False) -> Schedule:
+                  merge: bool = False, owner=UNSET) -> Schedule:
     """Apply an edit made against `expected_version`. A change to any versioned field makes a new
     immutable version and cancels the older versions' runs that have not started (superseded);
     runs already leased or waiting to retry finish under their own version.
@@ -239,7 +258,10 @@ def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bo
     current one, mine = `changes`. Only the fields the editor changed from the base are written,
     so a colleague's change to another field stays; a field both changed to different values
     raises EditConflict and saves nothing (the editor must choose). The merge is recorded on the
-    returned schedule as `schedule.merged` (a Merged), None when the edit was not stale."""
+    returned schedule as `schedule.merged` (a Merged), None when the edit was not stale.
+
+    A new `owner` (an Owner of the tenant, or None for none) is metadata: no version, an audit
+    entry (schedule.owner)."""
     schedule = _locked(schedule)
     _require_live(schedule)
     current = version_fields(schedule.current)
@@ -260,6 +282,8 @@ def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bo
     real = {k: v for k, v in changes.items() if current.get(k) != v}
     if expected_version != schedule.version:
         schedule.merged = Merged(expected_version, tuple(real), tuple(k for k in theirs if k not in real))
+    if owner is not UNSET:
+        _set_owner(schedule, owner, by=by)
     if real:
         _record_unmaterialised(schedule, now=now, reason=Reason.SUPERSEDED)
         write_new_version(schedule, real, by=by, now=now)
@@ -269,6 +293,17 @@ def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bo
     elif enabled is True and not schedule.enabled:
         _resume(schedule, by=by, now=now)
     return schedule
+
+
+def _set_owner(schedule: Schedule, owner, *, by: Actor) -> None:
+    new_id = _owner_id(schedule.tenant, owner)
+    if new_id == schedule.owner_id:
+        return
+    before = {"owner": schedule.owner.slug if schedule.owner_id else None}
+    Schedule.objects.filter(id=schedule.id).update(owner_id=new_id)
+    schedule.owner = owner
+    audit("schedule.owner", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+          before=before, after={"owner": owner.slug if owner else None})
 
 
 def _pause(schedule: Schedule, *, by: Actor, now: datetime) -> None:

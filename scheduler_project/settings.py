@@ -268,6 +268,20 @@ SCHEDULER_LOOKAHEAD_SECONDS = env.int("SCHEDULER_LOOKAHEAD_SECONDS", default=120
 # dashboard then call it degraded whenever commits are acknowledged without one.
 SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY = env.bool("SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY", default=False)
 SCHEDULER_OUTBOX_RETENTION_HOURS = env.int("SCHEDULER_OUTBOX_RETENTION_HOURS", default=72)
+
+# Incident rules' defaults for tenants and schedules without a policy of their own
+# (docs/incidents.md): failed attempts in a row that open an incident; start lag (seconds) and
+# dead runs per hour above which one opens (unset: those rules are off by default); how long the
+# incidents loop lets an outbox event settle before reading past it.
+SCHEDULER_INCIDENT_FAILURES = env.int("SCHEDULER_INCIDENT_FAILURES", default=3)
+SCHEDULER_INCIDENT_START_LAG_SECONDS = env.float("SCHEDULER_INCIDENT_START_LAG_SECONDS", default=None)
+SCHEDULER_INCIDENT_DLQ_GROWTH = env.int("SCHEDULER_INCIDENT_DLQ_GROWTH", default=None)
+SCHEDULER_INCIDENT_SETTLE_SECONDS = env.float("SCHEDULER_INCIDENT_SETTLE_SECONDS", default=5.0)
+# Incident e-mail goes through Django's e-mail backend.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="scheduler@localhost")
 SCHEDULER_IDEMPOTENCY_RETENTION_HOURS = env.int("SCHEDULER_IDEMPOTENCY_RETENTION_HOURS", default=24)
 SCHEDULER_API_RATE_LIMIT_PER_MINUTE = env.int("SCHEDULER_API_RATE_LIMIT_PER_MINUTE", default=600)
 # Per tenant (0: none). Keys: each key has its own rate limit, so minting keys must not be a way

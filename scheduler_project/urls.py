@@ -6,14 +6,18 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from scheduler_project.web.health import metrics_view
 from scheduler_project.web.api import runs as runs_api
 from scheduler_project.web import health
+from scheduler_project.web.api import apply as apply_api
+from scheduler_project.web.api import batch as batch_api
+from scheduler_project.web.api import forecast as forecast_api
+from scheduler_project.web.api import owners as owners_api
 from scheduler_project.web.api import schedules as schedules_api
 from scheduler_project.web.api.root import api_root
 
 api_v1 = [
     path("", api_root, name="api-root"),
     path("schedules", schedules_api.ScheduleListView.as_view(), name="api-schedules"),
-    path("schedules/batch", __import__("scheduler_project.web.api.batch", fromlist=["x"]).ScheduleBatchView.as_view(), name="api-schedules-batch"),
-    path("schedules/apply", __import__("scheduler_project.web.api.apply", fromlist=["x"]).ScheduleApplyView.as_view(), name="api-schedules-apply"),
+    path("schedules/batch", batch_api.ScheduleBatchView.as_view(), name="api-schedules-batch"),
+    path("schedules/apply", apply_api.ScheduleApplyView.as_view(), name="api-schedules-apply"),
     path("schedules/<uuid:pk>", schedules_api.ScheduleDetailView.as_view(), name="api-schedules-detail"),
     path("schedules/<uuid:pk>/trigger", schedules_api.ScheduleTriggerView.as_view(), name="api-schedules-trigger"),
     path("schedules/<uuid:pk>/backfill", schedules_api.ScheduleBackfillView.as_view(), name="api-schedules-backfill"),
@@ -27,7 +31,16 @@ api_v1 = [
     path("keys/<uuid:pk>", schedules_api.ApiKeyDetailView.as_view(), name="api-keys-detail"),
     path("keys/<uuid:pk>/revoke", schedules_api.ApiKeyRevokeView.as_view(), name="api-keys-revoke"),
     path("audit", schedules_api.AuditListView.as_view(), name="api-audit"),
-    path("forecast", __import__("scheduler_project.web.api.forecast", fromlist=["x"]).ForecastView.as_view(), name="api-forecast"),
+    path("forecast", forecast_api.ForecastView.as_view(), name="api-forecast"),
+    path("owners", owners_api.OwnerListView.as_view(), name="api-owners"),
+    path("owners/<slug:slug>", owners_api.OwnerDetailView.as_view(), name="api-owners-detail"),
+    path("owners/<slug:slug>/test-notification", owners_api.OwnerTestView.as_view(), name="api-owners-test"),
+    path("incident-rules", owners_api.RuleListView.as_view(), name="api-incident-rules"),
+    path("incident-rules/<str:rule>", owners_api.RuleDetailView.as_view(), name="api-incident-rules-detail"),
+    path("incidents", owners_api.IncidentListView.as_view(), name="api-incidents"),
+    path("incidents/<int:pk>", owners_api.IncidentDetailView.as_view(), name="api-incidents-detail"),
+    path("incidents/<int:pk>/acknowledge", owners_api.IncidentAcknowledgeView.as_view(), name="api-incidents-ack"),
+    path("incidents/<int:pk>/resolve", owners_api.IncidentResolveView.as_view(), name="api-incidents-resolve"),
 ]
 
 urlpatterns = [

@@ -42,6 +42,8 @@ class Tenant(models.Model):
     max_subminute_schedules = models.PositiveIntegerField(null=True, blank=True)
     # The spread window (seconds) a new schedule gets when its request gives none (schedules.spread).
     default_spread_seconds = models.PositiveIntegerField(default=0)
+    # The owner of schedules created without one (and of tenant-wide incidents); None = unowned.
+    default_owner = models.ForeignKey("Owner", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -146,6 +148,37 @@ class ApiKey(models.Model):
         return self.revoked_at is None
 
 
+class WebhookFormat(models.TextChoices):
+    JSON = "json"  # the signed JSON event, as run events
+    SLACK = "slack"  # {"text": ...}: Slack's and Teams' incoming webhooks accept it
+    TEAMS = "teams"  # {"text": ...} with a title, for Teams' incoming webhooks
+
+
+class Owner(models.Model):
+    """A team or contact of one tenant that owns schedules and hears about their incidents:
+    through its webhook (signed like run events) and its e-mail address (dispatch.notifications)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="owners")
+    slug = models.SlugField(max_length=64)
+    name = models.CharField(max_length=200)
+    email = models.EmailField(max_length=254, blank=True, default="")
+    webhook_url = models.URLField(max_length=2000, blank=True, default="")
+    webhook_format = models.CharField(max_length=16, choices=WebhookFormat.choices, default=WebhookFormat.JSON)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="owner_slug_unique_per_tenant"),
+            models.CheckConstraint(condition=Q(webhook_format__in=["json", "slack", "teams"]),
+                                   name="owner_webhook_format_valid"),
+        ]
+
+    def __str__(self):
+        return self.slug
+
+
 class MisfirePolicy(models.TextChoices):
     SKIP = "skip"
     RUN_ONCE = "run_once"
@@ -176,6 +209,9 @@ class Schedule(models.Model):
         "ScheduleVersion", on_delete=models.PROTECT, related_name="+", null=True, blank=True
     )
     enabled = models.BooleanField(default=True)
+    # Metadata, not a versioned field: a change is audited (schedule.owner), makes no version.
+    owner = models.ForeignKey(Owner, on_delete=models.PROTECT, null=True, blank=True, related_name="schedules",
+                              db_index=False)
     status = models.CharField(max_length=16, choices=ScheduleStatus.choices, default=ScheduleStatus.ACTIVE)
     # The next instant to materialise; None when nothing more will ever be due.
     next_run_at = models.DateTimeField(null=True, blank=True)
@@ -201,6 +237,9 @@ class Schedule(models.Model):
                 condition=Q(enabled=True, status="active", next_run_at__isnull=False),
             ),
             models.Index(fields=["tenant", "-created_at"], name="schedule_tenant_created_idx"),
+            # Lists filtered by owner (API, portal) and the owner's page; owned schedules only.
+            models.Index(fields=["owner", "-created_at"], name="schedule_owner_created_idx",
+                         condition=Q(owner__isnull=False)),
         ]
         constraints = [
             models.CheckConstraint(
@@ -223,6 +262,10 @@ class Schedule(models.Model):
 
     def __str__(self):
         return self.name or str(self.id)
+
+    @property
+    def owner_slug(self) -> str | None:
+        return self.owner.slug if self.owner_id else None
 
 
 class ScheduleVersion(models.Model):

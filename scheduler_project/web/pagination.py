@@ -203,3 +203,5 @@ SCHEDULE_PAGES = Keyset("schedules", ("-created_at", "-id"))
 KEY_PAGES = Keyset("keys", ("-created_at", "-id"))
 # audit_tenant_at_idx: (tenant, -at).
 AUDIT_PAGES = Keyset("audit", ("-at", "-id"))
+# incident_tenant_opened_idx / incident_owner_opened_idx / incident_schedule_opened_idx.
+INCIDENT_PAGES = Keyset("incidents", ("-opened_at", "-id"))

@@ -9,8 +9,12 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from dispatch.activity import ActivityAggregator
+from dispatch.incidents import IncidentEvaluator
 from dispatch.loops import LoopCommand, LoopThreads, Reconciler, Scanner, drain, reconcile_step, scan_step
+from dispatch.maintenance import Maintenance
 from dispatch.management.commands.work import default_worker_id
+from dispatch.notifications import NotificationRelay
 from dispatch.relay import Relay
 from dispatch.worker import run_worker
 
@@ -18,12 +22,15 @@ log = logging.getLogger("scheduler.loops")
 
 
 def start_loops(loops: LoopThreads) -> None:
-    """The scanner, reconciler and relay, each on its own thread (and so its own connection)."""
+    """The scanner, reconciler, relay, activity, maintenance, incidents and notification loops,
+    each on its own thread (and so its own connection)."""
     loops.start(Scanner())
     loops.start(Reconciler())
     loops.start(Relay())
-    loops.start(__import__("dispatch.activity", fromlist=["ActivityAggregator"]).ActivityAggregator())
-    loops.start(__import__("dispatch.maintenance", fromlist=["Maintenance"]).Maintenance())
+    loops.start(ActivityAggregator())
+    loops.start(Maintenance())
+    loops.start(IncidentEvaluator())
+    loops.start(NotificationRelay())
 
 
 def default_workers() -> int:

@@ -110,10 +110,10 @@ class VersionInline(OperatorInline):
 
 @admin.register(Schedule)
 class ScheduleAdmin(OperatorAdmin):
-    list_display = ("name", "id", "tenant", "version", "enabled", "status", "next_run_at")
-    list_filter = ("enabled", "status", "tenant")
+    list_display = ("name", "id", "tenant", "owner", "version", "enabled", "status", "next_run_at")
+    list_filter = ("enabled", "status", "tenant", "owner")
     search_fields = ("name", "id")
-    list_select_related = ("tenant",)
+    list_select_related = ("tenant", "owner")
     show_full_result_count = False
     inlines = [VersionInline]
     actions = ["pause", "resume", "archive"]

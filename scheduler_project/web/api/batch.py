@@ -23,7 +23,7 @@ from scheduler_project.errors import ServiceError
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.errors import exception_handler
 from scheduler_project.web.api.schedule_serializers import StrictSerializer, to_fields, validate_schedule
-from scheduler_project.web.api.schedules import BODY_ERRORS, IDEMPOTENCY_PARAM, actor, error_responses
+from scheduler_project.web.api.schedules import BODY_ERRORS, IDEMPOTENCY_PARAM, actor, error_responses, owner_given
 from schedules.idempotency import idempotent
 
 MAX_ITEMS = schedule_changes.MAX_BATCH
@@ -95,6 +95,11 @@ class ScheduleBatchView(ApiView):
                     continue
                 fields = to_fields(data)
                 fields["enabled"] = data.get("enabled", True)
+                try:
+                    fields.update(owner_given(request, data))
+                except ServiceError as exc:
+                    results[index] = _refused(exc, index)
+                    continue
                 given.append((index, fields))
             made = schedule_changes.create_schedules(request.user.tenant, [f for _, f in given], by=actor(request),
                                                      now=request_now(request)) if given else []

@@ -165,6 +165,9 @@ class ScheduleIn(StrictSerializer):
     payload = serializers.JSONField(required=False, allow_null=True, help_text="sent as the JSON body of each call")
     target = TargetIn()
     enabled = StrictBooleanField(required=False)
+    owner = StrictCharField(max_length=64, required=False, allow_null=True, allow_blank=True,
+                            help_text="slug of one of the tenant's owners; null for none; left out: the tenant's "
+                                      "default owner (create) or unchanged (edit)")
     misfirePolicy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
     catchupLimit = StrictIntegerField(min_value=1, max_value=MAX_CATCHUP_LIMIT, required=False)
     misfireGraceSeconds = StrictIntegerField(min_value=0, max_value=MAX_POLICY_SECONDS, required=False)
@@ -422,6 +425,7 @@ class ScheduleOut(serializers.Serializer):
     version = serializers.IntegerField()
     status = serializers.ChoiceField(choices=ScheduleStatus.choices)
     enabled = serializers.BooleanField()
+    owner = serializers.CharField(source="owner_slug", allow_null=True, help_text="the owner's slug")
     nextRunAt = serializers.DateTimeField(source="next_run_at", allow_null=True)
     expression = serializers.CharField(source="current.expression")
     timeZone = serializers.CharField(source="current.time_zone")

@@ -48,6 +48,7 @@ from scheduler_project.web.api.schedule_serializers import (
     validate_schedule,
 )
 from schedules.occurrences import upcoming
+from schedules.owners import owner_for
 from schedules.services import Actor, rule_for
 from schedules.tenants import create_api_key, revoke_api_key
 
@@ -59,6 +60,13 @@ def actor(request) -> Actor:
     proxy listed in SCHEDULER_TRUSTED_PROXIES, the address it forwarded; never an address the
     client wrote itself)."""
     return Actor(str(request.user), client_address(request)[:64])
+
+
+def owner_given(request, data: dict) -> dict:
+    """The `owner` argument of create/edit when the body names one (a slug, or null for none)."""
+    if "owner" not in data:
+        return {}
+    return {"owner": owner_for(request.user.tenant, data["owner"])}
 
 
 def tenant_schedule(request, pk) -> Schedule:
@@ -182,6 +190,7 @@ class ScheduleListView(ApiView):
         description="Newest first. Archived schedules are left out unless `status` asks for them.",
         parameters=[
             OpenApiParameter("enabled", bool, required=False, description="true: running; false: paused"),
+            OpenApiParameter("owner", TEXT, required=False, description="an owner's slug; `-`: schedules without one"),
             OpenApiParameter("status", TEXT, required=False,
                              description="comma-separated: active, completed, archived (default active,completed)"),
             *PAGE_PARAMS,
@@ -190,7 +199,10 @@ class ScheduleListView(ApiView):
     )
     def get(self, request):
         params = request.query_params
-        qs = Schedule.objects.filter(tenant=request.user.tenant).select_related("current")
+        qs = Schedule.objects.filter(tenant=request.user.tenant).select_related("current", "owner")
+        owner = text_param(params.get("owner"), "owner", 64)
+        if owner is not None:
+            qs = qs.filter(owner__isnull=True) if owner == "-" else qs.filter(owner__slug=owner)
         enabled = parse_bool(params.get("enabled"), "enabled")
         if enabled is not None:
             qs = qs.filter(enabled=enabled)
@@ -218,6 +230,7 @@ class ScheduleListView(ApiView):
                 by=actor(request),
                 enabled=data.get("enabled", True),
                 now=request_now(request),
+                **owner_given(request, data),
             )
             return Response(schedule_json(schedule), status=201)
 
@@ -250,6 +263,7 @@ class ScheduleDetailView(ApiView):
                 changes=to_fields(data),
                 enabled=data.get("enabled"),
                 by=actor(request),
+                **owner_given(request, data),
             )
         except StaleVersion as e:
             # Field by field what changed since the version the client read, so it can re-apply
@@ -257,7 +271,7 @@ class ScheduleDetailView(ApiView):
             return Response({"error": e.message, "currentVersion": e.current_version,
                              "expectedVersion": e.expected_version,
                              "changedSince": changed_since_json(e.changed_since)}, status=409)
-        return Response(schedule_json(Schedule.objects.select_related("current").get(id=schedule.id)))
+        return Response(schedule_json(Schedule.objects.select_related("current", "owner").get(id=schedule.id)))
 
     @operation(
         operation_id="schedules_archive",

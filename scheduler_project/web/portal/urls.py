@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduler_project.web.portal import (audit, dashboard, dlq, forecast, preferences, runs, schedule_form, schedules,
+from scheduler_project.web.portal import (audit, dashboard, dlq, forecast, incidents, preferences, runs, schedule_form, schedules,
                                           tenants, workers)
 
 urlpatterns = [
@@ -38,5 +38,10 @@ urlpatterns = [
     path("tenants/<uuid:pk>/keys/<uuid:key_id>/revoke", tenants.key_revoke, name="schedules-key-revoke"),
     path("tenants/<uuid:pk>/targets", tenants.target_add, name="schedules-target-add"),
     path("tenants/<uuid:pk>/targets/<int:target_id>/remove", tenants.target_remove, name="schedules-target-remove"),
+    path("incidents/", incidents.incident_list, name="incidents-list"),
+    path("incidents/<int:pk>/acknowledge", incidents.incident_acknowledge, name="incidents-acknowledge"),
+    path("incidents/<int:pk>/resolve", incidents.incident_resolve, name="incidents-resolve"),
+    path("owners/<uuid:pk>/", incidents.owner_detail, name="incidents-owner"),
+    path("schedules/<uuid:pk>/owner", incidents.schedule_owner, name="schedules-owner"),
     path("preferences/time", preferences.time_preference, name="portal-time-preference"),
 ]

@@ -1,0 +1,101 @@
+"""Incidents and owners in the portal: the incidents page (filtered by state, owner, schedule,
+tenant), acknowledging and resolving (dispatch.incidents, audited; operate_runs), and an owner's
+page (its schedules and incidents). Scoped like everything else."""
+
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from dispatch import incidents
+from dispatch.models import Incident, IncidentRule, IncidentState
+from runs.schedule_changes import edit_schedule
+from scheduler_project.web.access import actor_for, can, get_scoped, is_operator, portal_view, require, scope, \
+    visible_tenants
+from scheduler_project.web.pagination import INCIDENT_PAGES, SCHEDULE_PAGES
+from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, render_view
+from schedules.models import Owner, Schedule
+
+
+def _filtered(request, qs):
+    f = {}
+    state = request.GET.get("state", "unresolved")
+    if state == "unresolved":
+        qs = qs.exclude(state=IncidentState.RESOLVED)
+    elif state in IncidentState.values:
+        qs = qs.filter(state=state)
+    f["state"] = state
+    rule = request.GET.get("rule", "")
+    if rule in IncidentRule.values:
+        qs = qs.filter(rule=rule)
+        f["rule"] = rule
+    for name, column in (("owner", "owner_id"), ("schedule", "schedule_id"), ("tenant", "tenant_id")):
+        value = parse_uuid(request.GET.get(name))
+        if value:
+            qs = qs.filter(**{column: value})
+            f[name] = str(value)
+    return qs, f
+
+
+@portal_view
+def incident_list(request):
+    qs = scope(Incident.objects.select_related("tenant", "owner", "schedule"), request.user)
+    qs, f = _filtered(request, qs)
+    page = keyset_page(INCIDENT_PAGES, qs, request.GET.get("after"))
+    return render_view(request, "incidents/list.html", {
+        "page": page, "f": f, "tenants": visible_tenants(request.user), "is_operator": is_operator(request.user),
+        "owners": scope(Owner.objects.select_related("tenant"), request.user),
+        "states": ["unresolved", *IncidentState.values], "rules": IncidentRule.values,
+        "can_act": {i.id for i in page.rows if can(request.user, "operate_runs", i.tenant_id)},
+    }, partial="results")
+
+
+def _incident_action(fn, done: str):
+    @portal_view
+    @require_POST
+    def view(request, pk):
+        inc = get_scoped(Incident.objects.all(), request.user, id=pk)
+        require(request.user, "operate_runs", inc.tenant_id)
+        call_service(request, fn, inc.id, tenant_id=inc.tenant_id, by=actor_for(request), success=done)
+        back = request.POST.get("next", "")
+        return redirect(back if back.startswith("/") and not back.startswith("//") else "incidents-list")
+
+    return view
+
+
+incident_acknowledge = _incident_action(incidents.acknowledge_incident, "Acknowledged: it stays open until it clears.")
+incident_resolve = _incident_action(incidents.resolve_incident, "Resolved; the owner is told.")
+
+
+@portal_view
+def owner_detail(request, pk):
+    owner = get_scoped(Owner.objects.select_related("tenant"), request.user, id=pk)
+    schedules = keyset_page(SCHEDULE_PAGES, Schedule.objects.filter(owner=owner).select_related("current"),
+                            request.GET.get("after"))
+    open_incidents = Incident.objects.filter(owner=owner).exclude(state=IncidentState.RESOLVED).select_related(
+        "schedule")[:50]
+    return render_view(request, "incidents/owner.html", {
+        "owner": owner, "schedules": schedules, "incidents": open_incidents,
+        "is_default": owner.tenant.default_owner_id == owner.id,
+    })
+
+
+@portal_view
+def schedule_owner(request, pk):
+    """Choose a schedule's owner: a page of its own (GET the form, POST the change), which goes
+    through runs.schedule_changes.edit_schedule like every schedule change (audited, no version)."""
+    schedule = get_scoped(Schedule.objects.select_related("tenant", "owner"), request.user, id=pk)
+    owners = list(Owner.objects.filter(tenant_id=schedule.tenant_id))
+    if request.method == "POST":
+        require(request.user, "operate_schedules", schedule.tenant_id)
+        chosen = parse_uuid(request.POST.get("owner"))
+        owner = next((o for o in owners if o.id == chosen), None)
+        if chosen and owner is None:
+            messages.error(request, "Owner: not an owner of this schedule's tenant.")
+        else:
+            call_service(request, edit_schedule, schedule, expected_version=schedule.version, changes={},
+                         owner=owner, by=actor_for(request),
+                         success=f"Owner: {owner.name}." if owner else "This schedule has no owner now.")
+            return redirect("schedules-detail", schedule.id)
+    return render_view(request, "incidents/schedule_owner.html", {
+        "schedule": schedule, "owners": owners,
+        "can_change": can(request.user, "operate_schedules", schedule.tenant_id)})

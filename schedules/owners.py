@@ -1,0 +1,129 @@
+"""A tenant's owners (teams or contacts that own schedules and hear about their incidents): the
+one entry point for creating and editing them and for choosing the tenant's default owner. A
+schedule's own owner changes through runs.schedule_changes (create and edit), which uses
+`owner_for` to resolve a slug inside the tenant."""
+
+import re
+from urllib.parse import urlsplit
+
+from django.core.validators import validate_email
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+
+from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
+from schedules.models import Owner, Tenant, WebhookFormat
+from schedules.services import Actor, audit
+
+SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+FIELDS = ("slug", "name", "email", "webhook_url", "webhook_format")
+
+
+class OwnerNotFound(ServiceError):
+    status = 404
+
+
+def owner_json(owner: Owner | None) -> dict | None:
+    if owner is None:
+        return None
+    return {"slug": owner.slug, "name": owner.name, "email": owner.email, "webhook_url": owner.webhook_url,
+            "webhook_format": owner.webhook_format}
+
+
+def _clean(fields: dict, *, partial: bool) -> dict:
+    errors: dict[str, list[str]] = {}
+    out = {}
+    for key, value in fields.items():
+        if key not in FIELDS:
+            errors[key] = ["unknown field"]
+            continue
+        if not isinstance(value, str):
+            errors[key] = ["must be a string"]
+            continue
+        value = value.strip()
+        if key == "slug" and not SLUG.match(value):
+            errors[key] = ["lower-case letters, digits, '-' and '_', at most 64, starting with a letter or digit"]
+        elif key == "name" and not (0 < len(value) <= 200):
+            errors[key] = ["must be 1 to 200 characters"]
+        elif key == "email" and value:
+            try:
+                validate_email(value)
+            except DjangoValidationError:
+                errors[key] = ["not an e-mail address"]
+        elif key == "webhook_url" and value:
+            parts = urlsplit(value)
+            # Where the address may point (public addresses only, no redirects) is the delivery's
+            # rule, applied on every call (dispatch.safehttp): a name can change what it resolves to.
+            if parts.scheme not in ("http", "https") or not parts.hostname or len(value) > 2000:
+                errors[key] = ["must be an http:// or https:// URL of at most 2000 characters"]
+        elif key == "webhook_format" and value not in WebhookFormat.values:
+            errors[key] = [f"must be one of {', '.join(WebhookFormat.values)}"]
+        out[key] = value
+    if not partial:
+        for key in ("slug", "name"):
+            if key not in fields:
+                errors.setdefault(key, ["this field is required"])
+    if errors:
+        raise ValidationFailed(errors)
+    return out
+
+
+def owner_for(tenant: Tenant, slug) -> Owner | None:
+    """The tenant's owner with this slug; None for None or ""; a 400 naming the field otherwise."""
+    if slug in (None, ""):
+        return None
+    owner = Owner.objects.filter(tenant=tenant, slug=slug).first() if isinstance(slug, str) else None
+    if owner is None:
+        raise ValidationFailed({"owner": [f"no owner {slug!r} in this tenant"]})
+    return owner
+
+
+def get_owner(tenant: Tenant, slug: str) -> Owner:
+    owner = Owner.objects.filter(tenant=tenant, slug=slug).first()
+    if owner is None:
+        raise OwnerNotFound(f"no owner {slug!r}")
+    return owner
+
+
+@transaction.atomic
+def create_owner(tenant: Tenant, fields: dict, *, by: Actor, default: bool = False) -> Owner:
+    clean = _clean(fields, partial=False)
+    owner = Owner(tenant=tenant, **clean)
+    try:
+        with transaction.atomic():
+            owner.save(force_insert=True)
+    except IntegrityError:
+        raise Conflict(f"an owner {clean['slug']!r} already exists") from None
+    audit("owner.create", by=by, obj_type="owner", obj_id=owner.id, tenant=tenant, after=owner_json(owner))
+    if default:
+        set_default_owner(tenant, owner, by=by)
+    return owner
+
+
+@transaction.atomic
+def edit_owner(owner: Owner, fields: dict, *, by: Actor) -> Owner:
+    clean = _clean(fields, partial=True)
+    owner = Owner.objects.select_for_update().get(id=owner.id)
+    before = owner_json(owner)
+    for key, value in clean.items():
+        setattr(owner, key, value)
+    try:
+        with transaction.atomic():
+            owner.save()
+    except IntegrityError:
+        raise Conflict(f"an owner {clean.get('slug')!r} already exists") from None
+    if owner_json(owner) != before:
+        audit("owner.edit", by=by, obj_type="owner", obj_id=owner.id, tenant_id=owner.tenant_id, before=before,
+              after=owner_json(owner))
+    return owner
+
+
+def set_default_owner(tenant: Tenant, owner: Owner | None, *, by: Actor) -> Tenant:
+    """The owner of schedules created without one from now on (existing schedules keep theirs)."""
+    if owner is not None and owner.tenant_id != tenant.id:
+        raise ValidationFailed({"owner": ["not an owner of this tenant"]})
+    before = tenant.default_owner.slug if tenant.default_owner_id else None
+    Tenant.objects.filter(id=tenant.id).update(default_owner=owner)
+    tenant.default_owner = owner
+    audit("tenant.default_owner", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+          before={"owner": before}, after={"owner": owner.slug if owner else None})
+    return tenant
