@@ -232,7 +232,7 @@ SIMPLE_FIELDS = {
     "name": "name", "expression": "expression", "timeZone": "time_zone", "payload": "payload",
     "misfirePolicy": "misfire_policy", "catchupLimit": "catchup_limit",
     "misfireGraceSeconds": "misfire_grace_seconds", "overlapPolicy": "overlap_policy",
-    "startAt": "start_at", "endAt": "end_at",
+    "startAt": "start_at", "endAt": "end_at", "spreadSeconds": "spread_seconds",
 }
 GROUPED_FIELDS = {
     "target": {"url": "target_url", "method": "target_method", "headers": "target_headers",
@@ -274,127 +274,6 @@ def changed_since_json(changed: dict | None) -> dict | None:
         return None
     return {API_PATHS.get(k, k): {"expected": _wire_value(a), "current": _wire_value(b)}
             for k, (a, b) in changed.items() if k in API_PATHS}
-
-
-@extend_schema_serializer(component_name="Target")
-class TargetIn(StrictSerializer):
-    url = StrictCharField(max_length=MAX_URL)
-    method = serializers.ChoiceField(choices=_uniq(TARGET_METHODS), required=False)
-    headers = serializers.DictField(child=HeaderValueField(), required=False,
-                                    help_text="header names to string values")
-    timeoutSeconds = StrictIntegerField(min_value=1, max_value=86400, required=False,
-                                              help_text="1 to SCHEDULER_MAX_TIMEOUT_SECONDS (default 1800)")
-
-    def validate(self, attrs):
-        # The same rule the service and the worker apply, so the errors land on `target` as theirs do.
-        problems = target_header_problems(attrs.get("headers"))
-        if problems:
-            raise serializers.ValidationError(problems)
-        return attrs
-
-
-@extend_schema_serializer(component_name="RetryPolicy")
-class RetryPolicyIn(StrictSerializer):
-    maxAttempts = StrictIntegerField(min_value=1, max_value=100, required=False)
-    backoffBaseSeconds = StrictFloatField(min_value=MIN_BACKOFF_SECONDS, max_value=MAX_POLICY_SECONDS, required=False)
-    backoffMaxSeconds = StrictFloatField(min_value=MIN_BACKOFF_SECONDS, max_value=MAX_POLICY_SECONDS, required=False)
-
-
-@extend_schema_serializer(component_name="DstPolicy")
-class DstPolicyIn(StrictSerializer):
-    skipped = serializers.ChoiceField(choices=_uniq(SKIPPED_CHOICES), required=False)
-    repeated = serializers.ChoiceField(choices=_uniq(REPEATED_CHOICES), required=False)
-
-
-@extend_schema_serializer(component_name="ScheduleCreate")
-class ScheduleIn(StrictSerializer):
-    name = StrictCharField(max_length=MAX_NAME, required=False, allow_blank=True)
-    expression = StrictCharField(max_length=MAX_EXPRESSION, help_text="cron, RRULE, at(...) or rate(...)")
-    timeZone = StrictCharField(max_length=64, help_text="IANA zone name, e.g. America/New_York")
-    payload = serializers.JSONField(required=False, allow_null=True, help_text="sent as the JSON body of each call")
-    target = TargetIn()
-    enabled = StrictBooleanField(required=False)
-    misfirePolicy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
-    catchupLimit = StrictIntegerField(min_value=1, max_value=MAX_CATCHUP_LIMIT, required=False)
-    misfireGraceSeconds = StrictIntegerField(min_value=0, max_value=MAX_POLICY_SECONDS, required=False)
-    overlapPolicy = serializers.ChoiceField(choices=OverlapPolicy.choices, required=False)
-    retryPolicy = RetryPolicyIn(required=False)
-    dstPolicy = DstPolicyIn(required=False)
-    startAt = UtcDateTimeField(required=False, allow_null=True)
-    endAt = UtcDateTimeField(required=False, allow_null=True)
-
-
-@extend_schema_serializer(component_name="ScheduleEdit")
-class SchedulePatchIn(ScheduleIn):
-    expectedVersion = StrictIntegerField(
-        min_value=1, max_value=2**31 - 1, help_text="the version this edit was made against; 409 if stale"
-    )
-
-    def __init__(self, *args, **kwargs):
-        kwargs["partial"] = True
-        super().__init__(*args, **kwargs)
-
-    def validate(self, attrs):
-        if "expectedVersion" not in attrs:
-            raise serializers.ValidationError({"expectedVersion": ["this field is required"]})
-        return attrs
-
-
-_per_thread = threading.local()
-
-
-def _one(cls):
-    """One instance of a serializer class per thread. DRF deep-copies a serializer's declared
-    fields (about forty here, with the nested ones) for every new instance: that copy was a third
-    of a create's Python time, and of a 1,000-item batch's. The fields keep nothing between
-    calls of run_validation, so one instance serves every call. (Output goes through
-    representation.compiled, which reads a serializer's declaration once.)"""
-    inst = getattr(_per_thread, cls.__name__, None)
-    if inst is None:
-        inst = cls()
-        setattr(_per_thread, cls.__name__, inst)
-    return inst
-
-
-def validate_schedule(data) -> dict:
-    """The validated body of a create: exactly `ScheduleIn(data=data).is_valid(raise_exception=True)`
-    and its `validated_data`, the same ValidationError on a bad body (including DRF's "No data
-    provided" for a null one), on the thread's one ScheduleIn."""
-    try:
-        return _one(ScheduleIn).run_validation(data)
-    except serializers.ValidationError as exc:
-        detail = exc.detail
-        if isinstance(detail, list) and len(detail) == 1 and getattr(detail[0], "code", None) == "null":
-            detail = {api_settings.NON_FIELD_ERRORS_KEY: [ErrorDetail("No data provided", code="null")]}
-        raise serializers.ValidationError(detail) from None
-
-
-def to_fields(data: dict) -> dict:
-    """Validated camelCase body -> the service's snake_case versioned fields (only those given)."""
-    out = {}
-    simple = {
-        "name": "name", "expression": "expression", "timeZone": "time_zone", "payload": "payload",
-        "misfirePolicy": "misfire_policy", "catchupLimit": "catchup_limit",
-        "misfireGraceSeconds": "misfire_grace_seconds", "overlapPolicy": "overlap_policy",
-        "startAt": "start_at", "endAt": "end_at", "spreadSeconds": "spread_seconds",
-    }
-    for k, v in simple.items():
-        if k in data:
-            out[v] = data[k]
-    if "payload" in out and out["payload"] is None:
-        out["payload"] = {}
-    for group, mapping in (
-        # A PATCH may send part of a group (e.g. only target.method): only what is given changes.
-        ("target", {"url": "target_url", "method": "target_method", "headers": "target_headers",
-                    "timeoutSeconds": "target_timeout_seconds"}),
-        ("retryPolicy", {"maxAttempts": "max_attempts", "backoffBaseSeconds": "backoff_base_seconds",
-                         "backoffMaxSeconds": "backoff_max_seconds"}),
-        ("dstPolicy", {"skipped": "dst_skipped", "repeated": "dst_repeated"}),
-    ):
-        for k, v in mapping.items():
-            if k in (data.get(group) or {}):
-                out[v] = data[group][k]
-    return out
 
 
 @extend_schema_serializer(component_name="Target")
