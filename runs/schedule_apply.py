@@ -40,6 +40,7 @@ FIELD_NAMES = {
     "overlap_policy": "overlapPolicy", "max_attempts": "retryPolicy.maxAttempts",
     "backoff_base_seconds": "retryPolicy.backoffBaseSeconds", "backoff_max_seconds": "retryPolicy.backoffMaxSeconds",
     "dst_skipped": "dstPolicy.skipped", "dst_repeated": "dstPolicy.repeated", "start_at": "startAt", "end_at": "endAt",
+    "spread_seconds": "spreadSeconds",
 }
 
 
@@ -175,9 +176,13 @@ def plan_set(tenant: Tenant, declared: list, *, prune: bool, now: datetime) -> P
         if desired["target_timeout_seconds"] is None:
             desired["target_timeout_seconds"] = default_timeout
         existing = managed.get(d.name)
+        # A spread left out is what a create would give: the tenant's default where it fits the
+        # rule (validate_fields decides), so the shortcut below compares with that default.
+        probe = desired if desired["spread_seconds"] is not None else {
+            **desired, "spread_seconds": tenant.default_spread_seconds or 0}
         if (existing is not None and d.adopt in (None, existing.id)
                 and (d.enabled is None or d.enabled == existing.enabled)
-                and not _diff(version_fields(existing.current), desired)):
+                and not _diff(version_fields(existing.current), probe)):
             # Exactly its stored version, which was checked when it was written: nothing to parse
             # (parsing every rule again was most of the time of a plan that changes nothing).
             steps.append(Step(Action.UNCHANGED, d.name, d.where, schedule_id=existing.id, version=existing.version,

@@ -234,6 +234,32 @@ def test_enabled_is_managed_only_when_given(api, tenant, target):
     assert s.enabled and s.version == 1
 
 
+def test_a_sets_spread_is_applied_compared_and_left_out_means_the_tenants_default(api, tenant, target):
+    # Daily rules, so a 600 s window fits; the spread is a versioned field like the others.
+    daily = dict(expression="0 3 * * *")
+    body = api.post(URL, {"schedules": [item(target, 1, spreadSeconds=600, **daily),
+                                        item(target, 2, **daily)]}, format="json").json()
+    assert body["summary"]["create"] == 2
+    one, two = (Schedule.objects.select_related("current").get(managed_name=n) for n in ("job-0001", "job-0002"))
+    assert (one.current.spread_seconds, two.current.spread_seconds) == (600, 0)
+    again = api.post(URL, {"schedules": [item(target, 1, spreadSeconds=600, **daily),
+                                         item(target, 2, **daily)]}, format="json").json()
+    assert not again["changed"]
+    edit = api.post(URL, {"schedules": [item(target, 1, spreadSeconds=300, **daily), item(target, 2, **daily)]},
+                    format="json").json()
+    assert [s["changes"] for s in edit["plan"] if s["action"] == "edit"] == [{"spreadSeconds": [600, 300]}]
+    # A tenant default for new schedules: a set leaving the spread out means it for every item.
+    type(tenant).objects.filter(id=tenant.id).update(default_spread_seconds=120)
+    later = api.post(URL, {"schedules": [item(target, 1, spreadSeconds=300, **daily), item(target, 2, **daily)]},
+                     format="json").json()
+    assert [s["changes"] for s in later["plan"] if s["action"] == "edit"] == [{"spreadSeconds": [0, 120]}]
+    # A default that does not fit a rule (every minute) gives that item none, and is no change.
+    minutely = api.post(URL, {"schedules": [item(target, 3, expression="* * * * *")]}, format="json").json()
+    assert minutely["summary"]["create"] == 1
+    assert Schedule.objects.select_related("current").get(managed_name="job-0003").current.spread_seconds == 0
+    assert not api.post(URL, {"schedules": [item(target, 3, expression="* * * * *")]}, format="json").json()["changed"]
+
+
 def test_declared_items_take_the_single_creates_fields():
     (d,) = declared_items([{"name": "a", "expression": "0 * * * *", "timeZone": "UTC",
                             "target": {"url": "http://x.example/", "timeoutSeconds": 5}}])
