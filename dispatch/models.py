@@ -292,6 +292,10 @@ class Incident(models.Model):
                          condition=Q(schedule__isnull=False)),
         ]
 
+    def __str__(self):
+        what = f"schedule {self.schedule_id}" if self.schedule_id else "the tenant"
+        return f"{self.rule} of {what} ({self.state})"
+
 
 class FailureStreak(models.Model):
     """Failed attempts in a row of one schedule since its last success (the consecutive_failures
@@ -364,3 +368,7 @@ class Notification(models.Model):
             models.Index(fields=["published_at"], name="notification_published_idx",
                          condition=Q(published_at__isnull=False)),
         ]
+
+    def __str__(self):
+        return f"{self.kind} to {self.channel} {self.destination}"
+
