@@ -225,7 +225,8 @@ def _cached_forecast():
     now = db_now()
     if _forecast_cache and now - _forecast_cache[0][0] < FORECAST_TTL:
         return _forecast_cache[0][1]
-    f = forecast.forecast(now=now)
+    # The next hour is all the gauges read; a week of every-minute rules would make a scrape wait.
+    f = forecast.forecast(now=now, span=forecast.TIERS[0][1])
     _forecast_cache[:] = [(now, f)]
     return f
 
