@@ -17,8 +17,10 @@ _TRIGGERS = _COUNTS.SQLITE[:3]  # the CREATE TRIGGER statements, without 0007's 
 
 def _drop_sqlite_count_triggers(apps, schema_editor):
     if schema_editor.connection.vendor == "sqlite":
+        # IF EXISTS: a later migration's rebuild of schedules_schedule, run backwards, may have
+        # dropped them already.
         for statement in _COUNTS.SQLITE_REVERSE:
-            schema_editor.execute(statement)
+            schema_editor.execute(statement.replace("DROP TRIGGER ", "DROP TRIGGER IF EXISTS ", 1))
 
 
 def _make_sqlite_count_triggers(apps, schema_editor):
