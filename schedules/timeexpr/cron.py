@@ -2,7 +2,7 @@
 
 The grammar is the one cronsim accepted (so stored schedules keep parsing), with vixie/Debian
 cron's meaning where cronsim differs: a range with a step (``9-9/4``, ``1-5/2``) is the values of
-that range, stepped; cronsim treats a one-value range with a step as "from that value to the end".
+that range, stepped; cronsim before 2.9 read a one-value range with a step as "from that value to the end".
 
 Per field: ``*``, values, names (``JAN``-``DEC``, ``SUN``-``SAT``), ranges ``a-b``, steps
 ``*/n``, ``a-b/n`` and ``a/n`` (a to the field's end), lists of those. Day-of-month also takes
