@@ -8,7 +8,8 @@
    and the development machines allow); where that is impossible it says what to install.
 2. pytest on PostgreSQL: every test.
 3. pytest on the embedded SQLite database (SCHEDULER_TEST_DATABASE=sqlite): every test but those
-   marked postgresql_only and the fault suite (tests/README.md says which and why).
+   marked postgresql_only, the fault suite, and the tests that use no database (they ran the same in
+   pass 1); tests/README.md says which and why.
 
 The exit status is non-zero if either pass fails. Plain `pytest` runs pass 1 alone (PostgreSQL).
 """
