@@ -39,7 +39,7 @@ from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMi
 from runs import stats
 from runs.decisions import LEASE_EXPIRED
 from runs.models import Attempt, AttemptOutcome, RunKind, attempts_with_their_runs
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.activity")
 

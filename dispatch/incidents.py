@@ -37,8 +37,8 @@ from django.db.models import Max, Sum
 from dispatch.models import (DeadMinute, FailureStreak, Incident, IncidentCursor, IncidentPolicy, IncidentRule,
                              IncidentState, Notification, NotificationChannel)
 from runs.models import EventKind, OutboxEvent, Reason, Run, RunKind, RunState
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import Conflict
 from schedules.models import Owner, Schedule, Tenant
 from schedules.services import Actor, audit, audit_entry
 

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import connection
 
 from runs.models import TERMINAL_STATES, Attempt, Occurrence, OutboxEvent, Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, ScheduleVersion, Tenant
 
 DEFAULT_LIMIT = 100

@@ -13,7 +13,7 @@ import logging
 from runs import retention
 from runs.history_settings import get as setting
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.maintain")
 

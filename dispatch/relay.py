@@ -56,7 +56,7 @@ from django.db.models import Case, DateTimeField, F, PositiveIntegerField, TextF
 from dispatch import signing
 from dispatch.safehttp import SafeClient, client_from_settings
 from runs.models import OutboxEvent
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.relay")
 

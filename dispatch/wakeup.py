@@ -9,7 +9,7 @@ from django.db import connection
 
 log = logging.getLogger("scheduler.wakeup")
 
-from scheduler_project.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL  # noqa: F401  (the channels)
+from scheduler_project.foundation.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL  # noqa: F401  (the channels)
 
 
 class Listener:

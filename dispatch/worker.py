@@ -29,7 +29,7 @@ from dispatch.loops import failure_backoff
 from dispatch.metrics import BATCH_BUCKETS
 from dispatch.models import WorkerStat
 from dispatch.wakeup import RUNS_CHANNEL, Listener
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from runs import queue, tracecontext
 from runs.decisions import Holding
 from runs.queue import Claimed, Result

@@ -40,8 +40,8 @@ from runs.decisions import (  # noqa: F401  (the queue's vocabulary, re-exported
 )
 from runs.models import TERMINAL_STATES, EventKind, Reason, RunKind, RunState
 from runs.store import store
-from scheduler_project.dbclock import db_now
-from scheduler_project.notify import RUNS_CHANNEL, notify
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.notify import RUNS_CHANNEL, notify
 from schedules import timeexpr
 from schedules.models import OverlapPolicy, ScheduleStatus
 from schedules.occurrences import ONE_US  # noqa: F401

@@ -202,7 +202,7 @@ def run_pass(*, now: datetime | None = None, export_dir: str | None = None, max_
              dry_run: bool = False, kept_every: timedelta | None = None) -> PassResult:
     """One retention pass: at most `max_swaps` partition removals (PostgreSQL) and at most one batch
     per tenant trimmed; `more` says whether to come straight back."""
-    from scheduler_project.dbclock import db_now
+    from scheduler_project.foundation.dbclock import db_now
 
     now = now or db_now()
     p = policy()
@@ -390,7 +390,7 @@ def status(*, tenant_ids=None, now: datetime | None = None) -> RetentionStatus:
     few dozen rows), one LIMIT-bounded count per catch-all partition, pg_total_relation_size per
     partition, the newest removal (history_removal_at_idx), and the
     retention policies of the tenants asked about."""
-    from scheduler_project.dbclock import db_now
+    from scheduler_project.foundation.dbclock import db_now
 
     now = now or db_now()
     p = policy()

@@ -25,8 +25,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from runs import schedule_changes
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict, PayloadTooLarge, ServiceError, ValidationFailed
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import Conflict, PayloadTooLarge, ServiceError, ValidationFailed
 from schedules.models import Schedule, ScheduleStatus, Tenant
 from schedules.services import (VERSIONED_DEFAULTS, Actor, audit, default_timeout_seconds, jsonable, quota_refusals,
                                 validate_fields, version_fields)

@@ -26,9 +26,9 @@ from runs.models import Reason, Run, RunKind, RunState
 from runs.queue import insert_runs
 from runs.services import cancel_unstarted
 from runs.store import store
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict, EditConflict, ServiceError, StaleVersion, ValidationFailed
-from scheduler_project.notify import SCHEDULES_CHANNEL, notify
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import Conflict, EditConflict, ServiceError, StaleVersion, ValidationFailed
+from scheduler_project.foundation.notify import SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
 from schedules.occurrences import ONE_US, walk

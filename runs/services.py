@@ -8,9 +8,9 @@ from runs.decisions import event
 from runs.models import Attempt, AttemptOutcome, EventKind, Reason, Run, RunState
 from runs.queue import release_buffered, write_events
 from runs.store import store
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict
-from scheduler_project.notify import RUNS_CHANNEL, notify
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import Conflict
+from scheduler_project.foundation.notify import RUNS_CHANNEL, notify
 from schedules.services import Actor, audit
 
 RETRYABLE_FROM = (RunState.DEAD, RunState.CANCELED)

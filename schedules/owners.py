@@ -10,7 +10,7 @@ from django.core.validators import validate_email
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 
-from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
+from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed
 from schedules.models import Owner, Tenant, WebhookFormat
 from schedules.services import Actor, audit
 

@@ -13,7 +13,7 @@ from itertools import islice
 from django.conf import settings
 from django.db.models import Sum
 
-from scheduler_project.errors import PayloadTooLarge, ValidationFailed
+from scheduler_project.foundation.errors import PayloadTooLarge, ValidationFailed
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, TenantScheduleCount
 from schedules.spread import spread_offset, spread_problem

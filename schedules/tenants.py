@@ -12,8 +12,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
-from scheduler_project.usernames import normalized_username
+from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed
+from scheduler_project.foundation.usernames import normalized_username
 from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
                               new_signing_secret)
 from schedules.services import SYSTEM, Actor, audit

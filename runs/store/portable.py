@@ -30,7 +30,7 @@ from runs.models import (
     RunState,
 )
 from runs.store.history import PortableHistory
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import MisfirePolicy, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
 
 

@@ -24,7 +24,7 @@ from runs.models import TERMINAL_STATES, EventKind, RunState
 from runs.partitions import LIVE_FLOOR_SQL
 from runs.store.history import PostgresHistory
 from runs.store.portable import PortableStore, _keep_recent_count
-from scheduler_project.postgresql.prepared import prepared_cursor
+from scheduler_project.foundation.postgresql.prepared import prepared_cursor
 
 READY, LEASED = RunState.READY.value, RunState.LEASED.value
 TERMINAL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)

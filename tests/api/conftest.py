@@ -7,7 +7,7 @@ import pytest
 
 from runs import schedule_changes
 from runs.models import Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_schedule
 
 

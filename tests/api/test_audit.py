@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 
 from runs import services
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import ApiKey, AuditEntry
 from tests.api.conftest import schedule_body
 from tests.helpers import ACTOR

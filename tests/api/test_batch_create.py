@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from runs import schedule_changes
 from runs.schedule_changes import MAX_BATCH
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import AuditEntry, Schedule, ScheduleVersion
 from tests.api.conftest import schedule_body
 from tests.helpers import ACTOR

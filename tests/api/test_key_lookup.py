@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.db import connection
 
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.api.keylookup import find_key
 from tests.helpers import make_schedule
 from schedules.models import ApiKey, ApiRateCounter, hash_api_key

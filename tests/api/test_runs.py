@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from runs import services
 from runs.models import Attempt, Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.api.conftest import hourly_runs, manual_run
 from tests.helpers import ACTOR, make_schedule
 

@@ -18,7 +18,7 @@ def _ready_runs(tenant, target, n):
     from datetime import timedelta
 
     from schedules.models import Schedule
-    from scheduler_project.dbclock import db_now
+    from scheduler_project.foundation.dbclock import db_now
 
     now = db_now().replace(microsecond=0)
     for i in range(n // 10):

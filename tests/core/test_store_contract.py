@@ -12,7 +12,7 @@ from runs.decisions import Claimed, Result
 from runs.models import Attempt, Occurrence, OutboxEvent, Run
 from runs.store import store
 from runs.store.portable import PortableStore
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.services import SYSTEM
 from schedules.tenants import set_notification_url
 from tests.helpers import make_due, make_schedule

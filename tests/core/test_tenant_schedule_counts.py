@@ -12,7 +12,7 @@ from django.db import connection, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from runs import schedule_changes
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 from schedules.models import Schedule, ScheduleStatus, TenantScheduleCount
 from schedules.services import _counted
 from tests.helpers import ACTOR, make_schedule

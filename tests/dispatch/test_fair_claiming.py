@@ -12,7 +12,7 @@ from runs import queue
 from runs.models import Run
 from schedules.models import Schedule, TargetPrefix
 from schedules.tenants import create_tenant
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

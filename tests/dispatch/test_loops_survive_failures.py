@@ -23,7 +23,7 @@ from dispatch.relay import Relay
 from runs import queue
 from runs.models import Attempt, OutboxEvent, Run
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,7 +20,7 @@ from dispatch.models import WorkerStat, software_version
 from dispatch.worker import run_worker
 from runs import schedule_changes
 from runs.models import Run, RunKind, RunState
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.portal.display import UTC, format_in
 from schedules.models import ApiKey, Schedule, TargetPrefix, Tenant, TenantMembership
 from schedules.tenants import add_target_prefix, create_api_key

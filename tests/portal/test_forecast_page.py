@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from dispatch.metrics import exposition
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from dispatch import forecast as fc
 from runs import schedule_changes
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
 from tests.helpers import ACTOR, make_schedule
 from tests.timesched.support import scan_until_idle

@@ -15,8 +15,8 @@ import pytest
 from runs import queue, schedule_changes
 from runs.decisions import plan_schedule
 from runs.models import Occurrence, Run, RunKind
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import ValidationFailed
 from schedules import spread, timeexpr
 from schedules.models import Schedule
 from schedules.spread import shortest_interval, spread_offset, spread_problem

@@ -6,7 +6,7 @@ import pytest
 
 from runs.models import Run
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_schedule, utc
 from tests.timesched.support import scan_until_idle, states
 

@@ -10,7 +10,7 @@ from runs.models import Run
 from runs.queue import SCAN_PARK, materialise_due
 from schedules import timeexpr
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.tenants import create_tenant
 from tests.helpers import make_due, make_schedule
 
@@ -54,7 +54,7 @@ def test_an_over_budget_rule_is_parked_with_its_reason_and_others_still_run(tena
 
 def test_a_parked_schedule_can_still_be_paused_and_says_why_it_cannot_resume(costly):
     from runs.schedule_changes import pause_schedule, resume_schedule
-    from scheduler_project.errors import ValidationFailed
+    from scheduler_project.foundation.errors import ValidationFailed
     from tests.helpers import ACTOR
 
     materialise_due(batch=10)

@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 
 from runs import services
 from runs.models import Attempt, OutboxEvent, Run
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
 

@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.access import has_operator_permission
 from scheduler_project.web.portal.display import headers_shown, masked_change

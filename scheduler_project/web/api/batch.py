@@ -18,8 +18,8 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
 from runs import schedule_changes
-from scheduler_project.dbclock import request_now
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.dbclock import request_now
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.errors import exception_handler
 from scheduler_project.web.api.schedule_serializers import StrictSerializer, to_fields, validate_schedule

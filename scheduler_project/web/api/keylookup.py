@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from scheduler_project.postgresql.prepared import prepared_cursor
+from scheduler_project.foundation.postgresql.prepared import prepared_cursor
 from scheduler_project.web.api import ratelimit
 from schedules.models import ApiKey, Tenant
 

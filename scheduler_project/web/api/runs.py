@@ -8,7 +8,7 @@ from runs import services
 from runs.models import Run, RunState, with_history, with_spread
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.run_serializers import RunOut
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.pagination import RUN_PAGES
 from scheduler_project.web.params import parse_uuid
 from scheduler_project.web.api.schedules import (

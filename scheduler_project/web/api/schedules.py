@@ -15,8 +15,8 @@ from scheduler_project.web.api.base import ApiView, operation
 from runs import schedule_changes
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.web.clientaddr import client_address
-from scheduler_project.dbclock import db_now, request_now
-from scheduler_project.errors import StaleVersion, ValidationFailed
+from scheduler_project.foundation.dbclock import db_now, request_now
+from scheduler_project.foundation.errors import StaleVersion, ValidationFailed
 from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.params import parse_uuid
 from schedules import timeexpr

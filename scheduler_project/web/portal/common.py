@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from django.contrib import messages
 from django.shortcuts import render
 
-from scheduler_project.errors import ServiceError, ValidationFailed
+from scheduler_project.foundation.errors import ServiceError, ValidationFailed
 from scheduler_project.web.api.schedule_serializers import EARLIEST, LATEST
 from scheduler_project.web.pagination import Keyset, Page
 from schedules import timeexpr

@@ -19,7 +19,7 @@ from runs.models import Run, RunState
 from schedules.models import Schedule
 from scheduler_project.web.portal.runs import filter_problems, run_filters, runs_page, _tenant_ids_for_merge
 from scheduler_project.web.access import actor_for, is_operator, operable_tenant_ids, portal_view, scope, visible_tenants
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.portal.common import parse_uuid, render_view
 from scheduler_project.web.portal.display import plural
 

@@ -15,7 +15,7 @@ from django.utils.safestring import mark_safe
 
 from dispatch import forecast as fc
 from runs import schedule_changes
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require,
                                           visible_tenant_ids)
 from scheduler_project.web.portal.charts import BOTTOM, H, LEFT, RIGHT, TOP, W, _count, _nice_max

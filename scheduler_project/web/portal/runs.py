@@ -11,7 +11,7 @@ from runs.models import TERMINAL_STATES, Run, RunState, with_history
 from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require, scope,
                                           visible_tenant_ids, visible_tenants)
 from schedules.models import Schedule
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.pagination import RUN_PAGES, Page
 from scheduler_project.web.portal import common
 from scheduler_project.web.portal.display import headers_shown

@@ -25,8 +25,8 @@ from django.shortcuts import redirect, render
 from rest_framework.exceptions import ParseError
 
 from runs import schedule_changes
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import EditConflict, PayloadTooLarge, ServiceError, StaleVersion, ValidationFailed
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import EditConflict, PayloadTooLarge, ServiceError, StaleVersion, ValidationFailed
 from scheduler_project.web.api.errors import check_json_value
 from scheduler_project.web.access import actor_for, get_scoped, operable_tenant_ids, portal_view, require, scope
 from scheduler_project.web.portal.common import parse_uuid, parse_when, render_view

@@ -14,7 +14,7 @@ from django_htmx.http import HttpResponseStopPolling
 from dispatch.models import ScheduleActivity
 from runs import schedule_changes
 from runs.models import TERMINAL_STATES, Run
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, operable_tenant_ids, portal_view,
                                           require, scope, visible_tenants)
 from scheduler_project.web.pagination import SCHEDULE_PAGES
