@@ -41,6 +41,7 @@ from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import Conflict
 from schedules.models import Owner, Schedule, Tenant
 from schedules.services import Actor, audit, audit_entry
+from schedules.models import AuditEntry
 
 log = logging.getLogger("scheduler.incidents")
 
@@ -234,7 +235,6 @@ class Pass:
         if self.notes:
             Notification.objects.bulk_create(self.notes)
         if self.audits:
-            from schedules.models import AuditEntry
             AuditEntry.objects.bulk_create(self.audits)
 
 

@@ -33,6 +33,7 @@ from django.db import close_old_connections, connection
 from dispatch import tracing
 from runs import queue
 from schedules import idempotency
+from dispatch.sharding import SHARD_LEASE_SECONDS, hold_shards, record_pass
 
 log = logging.getLogger("scheduler.loops")
 
@@ -248,7 +249,6 @@ class Scanner:
     def step(self) -> bool:
         if not self.shards:
             return self._pass()
-        from dispatch.sharding import SHARD_LEASE_SECONDS, hold_shards, record_pass
 
         if time.monotonic() - self.renewed_at > SHARD_LEASE_SECONDS / 3:
             self.held = hold_shards(self.holder, self.shards, self.prefer)

@@ -9,6 +9,8 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from importlib import metadata
+from pathlib import Path
 
 
 class ShardLease(models.Model):
@@ -48,9 +50,6 @@ _VERSION: str | None = None
 
 
 def _read_version() -> str:
-    from importlib import metadata
-    from pathlib import Path
-
     try:
         version = metadata.version("durable-scheduler")
     except metadata.PackageNotFoundError:

@@ -47,6 +47,7 @@ from schedules.targets import TargetRefused, _parse_url, _parsed_url_allowed, ur
 # The header rule too: the API refuses a schedule's header with it, and every header of every call
 # is checked with it again here, so a row stored before the rule was tightened is never sent.
 from schedules.targets import MAX_HEADER_VALUE, header_problem
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
@@ -503,8 +504,6 @@ class SafeClient:
 
 def client_from_settings(**overrides: Any) -> SafeClient:
     """A SafeClient configured from Django settings; keyword arguments override them."""
-    from django.conf import settings
-
     kwargs: dict[str, Any] = {
         "allowed_networks": parse_networks(getattr(settings, "SCHEDULER_TARGET_ALLOWED_NETWORKS", [])),
         "max_response_bytes": getattr(settings, "SCHEDULER_MAX_RESPONSE_BYTES", 65536),

@@ -10,6 +10,7 @@ from django.db import connection
 log = logging.getLogger("scheduler.wakeup")
 
 from scheduler_project.foundation.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL  # noqa: F401  (the channels)
+import psycopg
 
 
 class Listener:
@@ -33,8 +34,6 @@ class Listener:
         self.stopped.set()
 
     def _run(self) -> None:
-        import psycopg
-
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)

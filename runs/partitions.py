@@ -37,6 +37,7 @@ from datetime import datetime, timedelta, timezone
 from django.db import connection, transaction
 
 from runs.history_settings import get as setting
+import time
 
 log = logging.getLogger("scheduler.partitions")
 
@@ -500,8 +501,6 @@ def swap(plan: SwapPlan, *, now: datetime, export=None, record=None) -> SwapResu
        This part costs what changed during staging, not what is removed. `record` writes the
        removal's audit entry in the same transaction.
     """
-    import time
-
     group, tables = plan.group, GROUPS[plan.group]
     res = SwapResult(group)
     runs_table = "runs_run" if group == "runs" else "runs_outboxevent"

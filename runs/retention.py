@@ -42,6 +42,11 @@ from runs.models import MAX_RETENTION_DAYS, HistoryPartition, HistoryRemoval, Re
 from runs.store import store
 from schedules.models import Tenant
 from schedules.services import Actor, audit
+from django.core import serializers
+from runs import partitions
+from runs.models import Attempt, Occurrence, Run
+from runs.partitions import q
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.retention")
 
@@ -156,8 +161,6 @@ def due_partitions(now: datetime, p: Policy | None = None, *, kept_every: timede
     what has expired in it, at most once per `kept_every` (default: one partition width) since it
     was made. (The kept partition holds the few rows that outlived their partitions; rewriting it
     costs what stays in it.)"""
-    from runs import partitions
-
     p = p or policy()
     kept_every = partitions.width() if kept_every is None else kept_every
     out = {}
@@ -178,8 +181,6 @@ def due_partitions(now: datetime, p: Policy | None = None, *, kept_every: timede
 def _kept_has_expired(group: str, kept: str, p: Policy, now: datetime) -> bool:
     """Whether the kept partition holds a row that would not survive (a count of the kept
     partition, which holds only what outlived its partition, against its survivors)."""
-    from runs.partitions import q
-
     with connection.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {q(kept)}")
         total = cur.fetchone()[0]
@@ -188,7 +189,6 @@ def _kept_has_expired(group: str, kept: str, p: Policy, now: datetime) -> bool:
 
 def count_survivors(group: str, sources, params: dict) -> int:
     sql = _RUN_SURVIVORS if group == "runs" else _EVENT_SURVIVORS
-    from runs.partitions import q
 
     with connection.cursor() as cur:
         total = 0
@@ -202,8 +202,6 @@ def run_pass(*, now: datetime | None = None, export_dir: str | None = None, max_
              dry_run: bool = False, kept_every: timedelta | None = None) -> PassResult:
     """One retention pass: at most `max_swaps` partition removals (PostgreSQL) and at most one batch
     per tenant trimmed; `more` says whether to come straight back."""
-    from scheduler_project.foundation.dbclock import db_now
-
     now = now or db_now()
     p = policy()
     export_dir = export_dir if export_dir is not None else (setting("SCHEDULER_RETENTION_EXPORT_DIR") or None)
@@ -221,8 +219,6 @@ def run_pass(*, now: datetime | None = None, export_dir: str | None = None, max_
 
 
 def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
-    from runs import partitions
-
     for group, part in due_partitions(now, p, kept_every=kept_every).items():
         if len(res.swaps) >= max_swaps:
             res.more = True
@@ -310,8 +306,6 @@ def export_swap(export_dir: str, group: str, sources: dict, stage: dict, now: da
     """Write every row a swap is about to remove (in a source partition, not staged to stay) as JSON
     Lines, one gzip file per source partition; returns the files written. Reads with a server-side
     cursor, so memory stays flat however large the partition."""
-    from runs.partitions import q
-
     files = []
     for table, srcs in sources.items():
         for src in srcs:
@@ -332,10 +326,6 @@ def export_swap(export_dir: str, group: str, sources: dict, stage: dict, now: da
 
 def export_runs(export_dir: str, run_ids, now: datetime) -> None:
     """Append these runs, their attempts and occurrences to the pass's export files (batch removal)."""
-    from django.core import serializers
-
-    from runs.models import Attempt, Occurrence, Run
-
     stamp = f"{now:%Y%m%dT%H%M%S}"
     runs = list(Run.objects.filter(id__in=run_ids))
     for model, rows in ((Run, runs), (Attempt, Attempt.objects.filter(run_id__in=run_ids)),
@@ -390,8 +380,6 @@ def status(*, tenant_ids=None, now: datetime | None = None) -> RetentionStatus:
     few dozen rows), one LIMIT-bounded count per catch-all partition, pg_total_relation_size per
     partition, the newest removal (history_removal_at_idx), and the
     retention policies of the tenants asked about."""
-    from scheduler_project.foundation.dbclock import db_now
-
     now = now or db_now()
     p = policy()
     st = RetentionStatus(

@@ -50,6 +50,7 @@ from schedules.services import (
     with_spread_offset,
     write_new_version,
 )
+from schedules.targets import target_host
 
 
 # An owner argument not given: create takes the tenant's default owner, edit leaves it.
@@ -451,8 +452,6 @@ def schedules_for_spread(tenant: Tenant, *, host: str | None = None, expression:
     """A tenant's active schedules, optionally only those calling one target host ("host:port")
     and/or with one expression (as written), in id order: the selection of a bulk spread. At most
     MAX_BULK_SPREAD + 1 are read, so a caller can tell a selection that is too large."""
-    from schedules.targets import target_host
-
     qs = Schedule.objects.filter(tenant=tenant, status=ScheduleStatus.ACTIVE).select_related("current")
     if expression:
         qs = qs.filter(current__expression=expression)

@@ -18,6 +18,8 @@ from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMe
                               new_signing_secret)
 from schedules.services import SYSTEM, Actor, audit
 from schedules.spread import MAX_SPREAD_SECONDS
+from django.contrib.auth import get_user_model
+from schedules.targets import url_allowed
 
 KEY_PREFIX = "sk_"
 MAX_LABEL = 200
@@ -86,8 +88,6 @@ def create_tenant(slug: str, *, name: str = "", allow_targets=(), by: Actor = SY
 
 
 def _clean_url(raw, *, field: str, what: str = "URL") -> str:
-    from schedules.targets import url_allowed
-
     url = _clean_text(raw, field=field, max_length=MAX_URL)
     if url and not url_allowed(url, [url]):
         raise ValidationFailed({field: [f"{url[:200]!r} is not an absolute http(s) {what} without user info"]})
@@ -286,8 +286,6 @@ def _keep_an_admin(membership: TenantMembership) -> None:
 @transaction.atomic
 def add_member(tenant: Tenant, username: str, *, role: str, by: Actor) -> TenantMembership:
     """Give an existing portal account a role in the tenant (or change the role it has)."""
-    from django.contrib.auth import get_user_model
-
     role = _clean_role(role)
     # Folded as the sign-in form folds it, so the name found is the account that signs in with it.
     username = normalized_username(_clean_text(username, field="Username", max_length=150))

@@ -32,6 +32,10 @@ from runs.models import (
 from runs.store.history import PortableHistory
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import MisfirePolicy, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
+from django.db.models import Window
+from django.db.models.functions import RowNumber
+from runs import decisions
+from schedules.targets import target_host
 
 
 def _owned(keys, worker_id=None):
@@ -234,8 +238,6 @@ class PortableStore(PortableHistory):
 
     def caps(self) -> tuple[dict, dict]:
         """Per-tenant in-flight caps and per-(tenant, target host) budgets."""
-        from schedules.targets import target_host
-
         tenant_caps = dict(Tenant.objects.filter(max_in_flight__isnull=False).values_list("id", "max_in_flight"))
         host_caps: dict = {}
         for tenant_id, prefix, cap in TargetPrefix.objects.filter(max_concurrency__isnull=False).values_list(
@@ -250,8 +252,6 @@ class PortableStore(PortableHistory):
         with a fair share, taken round-robin, and no tenant or target host beyond its room under
         the default shares of the claiming worker's slots (`holding`, a decisions.Holding): the
         same choice PostgresStore makes in one statement."""
-        from runs import decisions
-
         now = db_now()
         due = [t for t in self.due_tenants(now, max_tenants=10_000) if holding.tenant_room(t) > 0]
         tenants = decisions.rotate(due, shift)[:limit]
@@ -478,9 +478,6 @@ class PortableStore(PortableHistory):
         locks what this picks in a separate step. "Eligible longer ago than its version's grace"
         is one range per distinct grace value (there are few): interval arithmetic on a column is
         not portable."""
-        from django.db.models import Window
-        from django.db.models.functions import RowNumber
-
         unclaimed = self._unclaimed(now)
         graces = set(unclaimed.values_list("version__misfire_grace_seconds", flat=True).distinct()[:1000])
         missed = Q()

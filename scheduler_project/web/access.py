@@ -29,6 +29,7 @@ from django.shortcuts import render
 from scheduler_project.web.clientaddr import client_address
 from schedules.models import MemberRole, Tenant, TenantMembership
 from schedules.services import Actor
+from django.contrib.auth.models import Group, Permission
 
 # capability -> the permission that gives it to an operator (schedules.models.Tenant.Meta).
 CAPABILITIES = {
@@ -220,8 +221,6 @@ ROLES = {
 
 
 def role(name: str):
-    from django.contrib.auth.models import Group, Permission
-
     group, _ = Group.objects.get_or_create(name=name)
     group.permissions.add(*Permission.objects.filter(content_type__app_label="schedules",
                                                      content_type__model="tenant", codename__in=ROLES[name]))

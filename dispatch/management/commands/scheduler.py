@@ -17,6 +17,7 @@ from dispatch.management.commands.work import default_worker_id
 from dispatch.notifications import NotificationRelay
 from dispatch.relay import Relay
 from dispatch.worker import run_worker
+import ctypes
 
 log = logging.getLogger("scheduler.loops")
 
@@ -45,8 +46,6 @@ def default_workers() -> int:
 def stop_with_parent() -> None:
     """In the child, before it runs: SIGTERM when the parent process dies (Linux)."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
