@@ -1,6 +1,6 @@
 """Login throttling for the portal's and the admin's sign-in forms.
 
-Failed sign-ins are counted in the database (schedules.models.LoginThrottle), so every gunicorn
+Failed sign-ins are counted in the database (scheduler_project.web.models.LoginThrottle), so every gunicorn
 worker on every machine shares one count: per username and client address, and per address
 alone (several times higher, against one address trying many usernames). Past the limit within
 the window, that pair (or address) is locked out for a while: its sign-in POSTs are answered 429
@@ -29,7 +29,7 @@ from django.shortcuts import render
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.clientaddr import client_address
 from scheduler_project.foundation.usernames import canonical_username
-from schedules.models import LoginThrottle
+from scheduler_project.web.models import LoginThrottle
 
 LOGIN_PATHS = frozenset({"/accounts/login/", "/admin/login/"})
 # The address alone may fail this many times the per-username limit.

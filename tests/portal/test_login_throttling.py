@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from scheduler_project.foundation.dbclock import db_now
-from schedules.models import LoginThrottle
+from scheduler_project.web.models import LoginThrottle
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from scheduler_project.foundation.errors import StaleVersion, ValidationFailed
 from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.params import parse_uuid
 from schedules import timeexpr
-from schedules.idempotency import HEADER as IDEMPOTENCY_HEADER
-from schedules.idempotency import idempotent
+from scheduler_project.web.api.idempotency import HEADER as IDEMPOTENCY_HEADER
+from scheduler_project.web.api.idempotency import idempotent
 from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
 from scheduler_project.web.api.schedule_serializers import (
     EARLIEST,
