@@ -9,9 +9,8 @@
 - `skip_unclaimed_misfires`  reconciler: misfire policy for runs no worker claimed in time
 
 Each opens its transaction, reads through the store, asks `runs.decisions` what to do, and has the
-store apply it (`runs.store`: one class per database engine, chosen once). Single-run manual
-transitions (retry, cancel) are in `runs.services`; schedule changes that touch runs in
-`runs.schedule_changes`.
+store apply it (`runs.store`: one class per database engine, chosen once). Every change a person
+or client asks for (retry, cancel, pause, edit, ...) is in `runs.actions`.
 """
 
 import itertools

@@ -1,6 +1,6 @@
 """A tenant's owners (teams or contacts that own schedules and hear about their incidents): the
 one entry point for creating and editing them and for choosing the tenant's default owner. A
-schedule's own owner changes through runs.schedule_changes (create and edit), which uses
+schedule's own owner changes through runs.actions (create and edit), which uses
 `owner_for` to resolve a slug inside the tenant."""
 
 import re

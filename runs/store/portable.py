@@ -30,6 +30,7 @@ from runs.models import (
     RunState,
 )
 from runs.store.history import PortableHistory
+from runs.store.requested import RequestedChanges
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import MisfirePolicy, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
 from django.db.models import Window
@@ -57,7 +58,7 @@ def _keep_recent_count(key: str, taken_at: datetime, counts: dict) -> None:
             update_conflicts=True, unique_fields=["key"], update_fields=["taken_at", "counts"])
 
 
-class PortableStore(PortableHistory):
+class PortableStore(RequestedChanges, PortableHistory):
     # --- new rows in bulk (schedule creation) ----------------------------------------------------
 
     def insert_new(self, model, objs: list, *, need_ids: bool = False) -> None:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import DataGenerationMethod
 from schemathesis.checks import ALL_CHECKS
 
-from runs import schedule_changes
+from runs import actions
 from schedules.tenants import create_api_key
 from scheduler_project.wsgi import application
 from tests.helpers import ACTOR, make_schedule
@@ -60,7 +60,7 @@ def world(db, same_connection, tenant, target, settings):
     # One key makes every request here; the rate limit has its own tests.
     settings.SCHEDULER_API_RATE_LIMIT_PER_MINUTE = 0
     schedule = make_schedule(tenant, target.url + "/hook", expression="0 * * * *")
-    run = schedule_changes.trigger_schedule(schedule, by=ACTOR)
+    run = actions.trigger_schedule(schedule, by=ACTOR)
     _, raw = create_api_key(tenant, label="fuzz")
     spare, _ = create_api_key(tenant, label="spare, to be revoked")
     return {

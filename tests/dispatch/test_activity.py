@@ -14,7 +14,7 @@ from dispatch.models import (ALL_TENANTS, ActivityCursor, ActivityMinute, Activi
                              ScheduleActivity, TargetMinute)
 from dispatch.worker import run_worker
 from runs.models import Attempt, AttemptOutcome, Run, RunState
-from runs.schedule_changes import trigger_schedule
+from runs.actions import trigger_schedule
 from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_due, make_schedule
 

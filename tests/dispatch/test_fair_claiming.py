@@ -127,7 +127,7 @@ def test_a_notify_wakes_an_idle_worker_before_its_poll_interval(tenant, target):
     try:
         time.sleep(1.5)  # the worker has polled once, found nothing, and sleeps for 30 s
         s = make_schedule(tenant, target.url + "/wake")
-        from runs.schedule_changes import trigger_schedule
+        from runs.actions import trigger_schedule
         from tests.helpers import ACTOR
 
         run = trigger_schedule(s, by=ACTOR)

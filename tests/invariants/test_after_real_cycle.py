@@ -13,7 +13,7 @@ from dispatch.relay import Relay
 from dispatch.worker import run_worker
 from runs import queue
 from runs.models import Run
-from runs.services import cancel_run, retry_run
+from runs.actions import cancel_run, retry_run
 from schedules.models import Schedule
 from tests.helpers import ACTOR, expire_lease, make_due, make_schedule
 

@@ -4,7 +4,7 @@ loop the single-run services."""
 from django.urls import reverse
 
 from runs.models import Run, RunState
-from runs.services import retry_run
+from runs.actions import retry_run
 from schedules.models import AuditEntry
 from tests.helpers import ACTOR
 

@@ -9,7 +9,7 @@ import pytest
 from dispatch import invariants
 from runs import retention
 from runs.models import Attempt, HistoryRemoval, Occurrence, Run
-from runs.services import retry_run
+from runs.actions import retry_run
 from schedules.models import AuditEntry
 from schedules.services import SYSTEM
 from scheduler_project.foundation.dbclock import db_now

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 from runs.models import Occurrence, Run
-from runs.schedule_changes import backfill_schedule, plan_backfill
+from runs.actions import backfill_schedule, plan_backfill
 from schedules.models import Schedule
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import ValidationFailed

@@ -7,7 +7,7 @@ import pytest
 
 from runs.models import Run
 from runs.queue import Result, claim, complete
-from runs.schedule_changes import edit_schedule
+from runs.actions import edit_schedule
 from schedules.models import Schedule, ScheduleVersion
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import StaleVersion

@@ -7,7 +7,7 @@ import pytest
 
 from runs.models import Run
 from runs.queue import claim
-from runs.schedule_changes import pause_schedule, resume_schedule
+from runs.actions import pause_schedule, resume_schedule
 from schedules.models import Schedule
 from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_due, make_schedule

@@ -4,7 +4,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
 
-from runs import services
+from runs import actions
 from runs.models import Run, RunState, with_history, with_spread
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.run_serializers import RunOut
@@ -91,7 +91,7 @@ class RunRetryView(ApiView):
     def post(self, request, pk):
         run = tenant_run(request, pk)
         require_empty_body(request)
-        return Response(run_json(services.retry_run(run, by=actor(request))))
+        return Response(run_json(actions.retry_run(run, by=actor(request))))
 
 
 class RunCancelView(ApiView):
@@ -106,4 +106,4 @@ class RunCancelView(ApiView):
     def post(self, request, pk):
         run = tenant_run(request, pk)
         require_empty_body(request)
-        return Response(run_json(services.cancel_run(run, by=actor(request))))
+        return Response(run_json(actions.cancel_run(run, by=actor(request))))

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from scheduler_project.web.api.base import ApiView, operation
 
-from runs import schedule_changes
+from runs import actions
 from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.web.clientaddr import client_address
 from scheduler_project.foundation.dbclock import db_now, request_now
@@ -224,7 +224,7 @@ class ScheduleListView(ApiView):
     def post(self, request):
         def create():
             data = validate_schedule(request.data)
-            schedule = schedule_changes.create_schedule(
+            schedule = actions.create_schedule(
                 request.user.tenant,
                 to_fields(data),
                 by=actor(request),
@@ -257,7 +257,7 @@ class ScheduleDetailView(ApiView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            schedule = schedule_changes.edit_schedule(
+            schedule = actions.edit_schedule(
                 schedule,
                 expected_version=data["expectedVersion"],
                 changes=to_fields(data),
@@ -281,7 +281,7 @@ class ScheduleDetailView(ApiView):
         responses={204: None, **error_responses(404)},
     )
     def delete(self, request, pk):
-        schedule_changes.archive_schedule(tenant_schedule(request, pk), by=actor(request))
+        actions.archive_schedule(tenant_schedule(request, pk), by=actor(request))
         return Response(status=204)
 
 
@@ -298,7 +298,7 @@ class ScheduleTriggerView(ApiView):
         require_empty_body(request)
 
         def trigger():
-            run = schedule_changes.trigger_schedule(schedule, by=actor(request))
+            run = actions.trigger_schedule(schedule, by=actor(request))
             return Response(RunOut(run).data, status=201)
 
         return idempotent(request, f"schedules.trigger:{schedule.id}", trigger)
@@ -315,7 +315,7 @@ class ScheduleBackfillView(ApiView):
         schedule = tenant_schedule(request, pk)
         body = BackfillIn(data=request.data)
         body.is_valid(raise_exception=True)
-        made = schedule_changes.backfill_schedule(
+        made = actions.backfill_schedule(
             schedule, start=body.validated_data["from"], end=body.validated_data["to"], by=actor(request)
         )
         return Response({"runs": made}, status=202)
