@@ -5,12 +5,12 @@ at most one poll interval)."""
 import logging
 import threading
 
+import psycopg
 from django.db import connection
 
-log = logging.getLogger("scheduler.wakeup")
-
 from scheduler_project.foundation.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL  # noqa: F401  (the channels)
-import psycopg
+
+log = logging.getLogger("scheduler.wakeup")
 
 
 class Listener:

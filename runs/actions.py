@@ -31,7 +31,7 @@ from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import Conflict, EditConflict, ServiceError, StaleVersion, ValidationFailed
 from scheduler_project.foundation.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
-from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
+from schedules.models import AuditAction, AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
 from schedules.occurrences import ONE_US, walk
 from schedules.services import (
     VERSIONED_DEFAULTS,
@@ -97,7 +97,7 @@ def _created_entry(schedule: Schedule, fields: dict, *, tenant: Tenant, by: Acto
     after = jsonable(fields)
     if schedule.owner_id:
         after["owner_id"] = str(schedule.owner_id)
-    return audit_entry("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant,
+    return audit_entry(AuditAction.SCHEDULE_CREATE, by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant,
                        after=after)
 
 
@@ -321,7 +321,7 @@ def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: date
             schedule.status, schedule.completed_at = ScheduleStatus.ACTIVE, None
     store().insert_version(schedule, version)
     audit(
-        "schedule.edit",
+        AuditAction.SCHEDULE_EDIT,
         by=by,
         obj_type="schedule",
         obj_id=schedule.id,
@@ -339,7 +339,7 @@ def _set_owner(schedule: Schedule, owner, *, by: Actor) -> None:
     before = {"owner": schedule.owner.slug if schedule.owner_id else None}
     store().set_schedule_owner(schedule.id, new_id)
     schedule.owner = owner
-    audit("schedule.owner", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_OWNER, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before=before, after={"owner": owner.slug if owner else None})
 
 
@@ -347,7 +347,7 @@ def _pause(schedule: Schedule, *, by: Actor, now: datetime) -> None:
     _record_unmaterialised(schedule, now=now, reason=Reason.PAUSED)
     store().pause_schedule(schedule, now=now)
     canceled = cancel_unstarted(schedule.id, reason=Reason.PAUSED)
-    audit("schedule.pause", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_PAUSE, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before={"enabled": True}, after={"enabled": False, "canceledRuns": canceled})
 
 
@@ -363,7 +363,7 @@ def _resume(schedule: Schedule, *, by: Actor, now: datetime) -> None:
             raise ValidationFailed({"expression": [f"cannot resume: {e}; edit the expression first"]})
     store().resume_schedule(schedule, next_run_at=next_at, completed_at=now)
     notify(SCHEDULES_CHANNEL)
-    audit("schedule.resume", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_RESUME, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before={"enabled": False}, after={"enabled": True, "nextRunAt": schedule.next_run_at and schedule.next_run_at.isoformat()})
 
 
@@ -395,7 +395,7 @@ def archive_schedule(schedule, *, by: Actor) -> Schedule:
     _record_unmaterialised(schedule, now=now, reason=Reason.ARCHIVED)
     store().archive_schedule(schedule, now=now)
     canceled = cancel_unstarted(schedule.id, reason=Reason.ARCHIVED)
-    audit("schedule.archive", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_ARCHIVE, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           after={"canceledRuns": canceled})
     return schedule
 
@@ -412,7 +412,7 @@ def trigger_schedule(schedule, *, by: Actor) -> Run:
     made = insert_runs([triple])
     if not made:
         raise Conflict("a run for this instant already exists; try again")
-    audit("schedule.trigger", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_TRIGGER, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           after={"runId": str(made[0].id)})
     return made[0]
 
@@ -462,7 +462,7 @@ def backfill_schedule(schedule, *, start: datetime, end: datetime, by: Actor) ->
         for o in todo
     ]
     made = insert_runs(triples)
-    audit("schedule.backfill", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_BACKFILL, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           after={"from": start.isoformat(), "to": end.isoformat(), "runs": len(made)})
     return len(made)
 
@@ -517,7 +517,7 @@ def spread_schedules(tenant: Tenant, schedules: list, window: int, *, by: Actor,
             refused[str(s.id)] = " ".join(e.errors.get("spreadSeconds") or [str(e)])
         except (StaleVersion, Conflict) as e:
             refused[str(s.id)] = e.message
-    audit("schedule.bulk_spread", by=by, obj_type="tenant", obj_id=tenant.id, tenant_id=tenant.id,
+    audit(AuditAction.SCHEDULE_BULK_SPREAD, by=by, obj_type="tenant", obj_id=tenant.id, tenant_id=tenant.id,
           after={"spreadSeconds": window, "selection": selection or {}, "changed": len(changed),
                  "unchanged": unchanged, "refused": refused, "schedules": changed})
     return {"changed": changed, "refused": refused, "unchanged": unchanged}
@@ -546,7 +546,7 @@ def retry_run(run, *, by: Actor) -> Run:
     store().retry_run(run, by=by.name, now=now)
     store().insert_events([event(run.id, run.tenant_id, EventKind.RETRIED, state=RunState.READY, by=by.name)], now=now)
     notify(RUNS_CHANNEL)
-    audit("run.retry", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
+    audit(AuditAction.RUN_RETRY, by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": RunState.READY})
     return run
 
@@ -563,7 +563,7 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
     store().cancel_run(run, reason=reason, by=by.name, now=now)
     store().insert_events([event(run.id, run.tenant_id, EventKind.CANCELED, state=RunState.CANCELED, reason=reason,
                                  inFlight=before == RunState.LEASED, by=by.name)], now=now)
-    audit("run.cancel", by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
+    audit(AuditAction.RUN_CANCEL, by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": RunState.CANCELED, "reason": reason})
     # A run buffered behind this one (overlap buffer_one) may start now.
     release_buffered({run.schedule_id}, now)

@@ -40,18 +40,18 @@ from django.db import connection, transaction
 from runs.history_settings import get as setting
 from runs.models import MAX_RETENTION_DAYS, HistoryPartition, HistoryRemoval, RetentionPolicy
 from runs.store import store
-from schedules.models import Tenant
+from schedules.models import AuditAction, Tenant
 from schedules.services import Actor, audit
 from django.core import serializers
 from runs import partitions
 from runs.models import Attempt, Occurrence, Run
-from runs.partitions import q
+from runs.partitions import Group, Role, q
 from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.retention")
 
 ACTOR = Actor("system:maintain")
-AUDIT_ACTION = "history.remove"
+AUDIT_ACTION = AuditAction.HISTORY_REMOVE
 
 
 # --- the policy -------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def set_policy(tenant: Tenant, *, finished_days: int | None, dead_days: int | No
     else:
         p, _ = RetentionPolicy.objects.update_or_create(
             tenant=tenant, defaults={"finished_days": finished_days, "dead_days": dead_days, "updated_by": by.name})
-    audit("tenant.retention", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, before=before,
+    audit(AuditAction.TENANT_RETENTION, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, before=before,
           after={"finished_days": finished_days, "dead_days": dead_days})
     return p
 
@@ -164,14 +164,14 @@ def due_partitions(now: datetime, p: Policy | None = None, *, kept_every: timede
     p = p or policy()
     kept_every = partitions.width() if kept_every is None else kept_every
     out = {}
-    for group, main, keep in (("runs", "runs_run", p.finished), ("outbox", "runs_outboxevent", p.outbox)):
+    for group, main, keep in ((Group.RUNS, "runs_run", p.finished), (Group.OUTBOX, "runs_outboxevent", p.outbox)):
         layout = partitions.layout(main)
-        live = [x for x in layout if x.role == "live"]
+        live = [x for x in layout if x.role == Role.LIVE]
         # The partition holding now (and those ahead) never goes, whatever the retention says.
         if live and live[0].upper <= now - keep and live[0].upper <= partitions.align(now):
             out[group] = live[0]
             continue
-        kept = next((x for x in layout if x.role == "kept"), None)
+        kept = next((x for x in layout if x.role == Role.KEPT), None)
         made = HistoryPartition.objects.filter(name=kept.name).values_list("created_at", flat=True).first() if kept else None
         if kept and (made is None or made <= now - kept_every) and _kept_has_expired(group, kept.name, p, now):
             out[group] = kept
@@ -184,11 +184,11 @@ def _kept_has_expired(group: str, kept: str, p: Policy, now: datetime) -> bool:
     with connection.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {q(kept)}")
         total = cur.fetchone()[0]
-    return bool(total) and count_survivors(group, [kept], _run_params(p, now) if group == "runs" else {}) < total
+    return bool(total) and count_survivors(group, [kept], _run_params(p, now) if group == Group.RUNS else {}) < total
 
 
 def count_survivors(group: str, sources, params: dict) -> int:
-    sql = _RUN_SURVIVORS if group == "runs" else _EVENT_SURVIVORS
+    sql = _RUN_SURVIVORS if group == Group.RUNS else _EVENT_SURVIVORS
 
     with connection.cursor() as cur:
         total = 0
@@ -223,9 +223,9 @@ def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
         if len(res.swaps) >= max_swaps:
             res.more = True
             break
-        params = _run_params(p, now) if group == "runs" else {}
-        main = "runs_run" if group == "runs" else "runs_outboxevent"
-        kept = next(x for x in partitions.layout(main) if x.role == "kept")
+        params = _run_params(p, now) if group == Group.RUNS else {}
+        main = "runs_run" if group == Group.RUNS else "runs_outboxevent"
+        kept = next(x for x in partitions.layout(main) if x.role == Role.KEPT)
         survivors = count_survivors(group, {kept.name, part.name}, params)
         limit = setting("SCHEDULER_RETENTION_MAX_SURVIVORS")
         if survivors > limit:
@@ -238,8 +238,8 @@ def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
             continue
         plan = partitions.SwapPlan(
             group=group, upper=part.upper,
-            survivors=_RUN_SURVIVORS if group == "runs" else _EVENT_SURVIVORS,
-            changed=_RUN_CHANGED if group == "runs" else _EVENT_CHANGED,
+            survivors=_RUN_SURVIVORS if group == Group.RUNS else _EVENT_SURVIVORS,
+            changed=_RUN_CHANGED if group == Group.RUNS else _EVENT_CHANGED,
             params=params,
         )
         exporter = (lambda g, sources, stage: export_swap(export_dir, g, sources, stage, now)) if export_dir else None
@@ -262,7 +262,7 @@ def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
         res.swaps.append(done)
         log.info("retention: removed %s (history before %s); kept %s; lock held %.0f ms",
                  part.name, part.upper.isoformat(), done.kept, done.lock_ms)
-        res.more = part.role != "kept"  # another partition may be due
+        res.more = part.role != Role.KEPT  # another partition may be due
 
 
 def _trim(res, now, p, tenant_ids, export_dir):
@@ -399,7 +399,7 @@ def status(*, tenant_ids=None, now: datetime | None = None) -> RetentionStatus:
     if st.partitioned:
         layout = store().history_layout()
         st.partitions = {t: len(parts) for t, parts in layout.items()}
-        live = [x for x in layout.get("runs_run", []) if x.role == "live"]
+        live = [x for x in layout.get("runs_run", []) if x.role == Role.LIVE]
         if live:
             st.history_from = live[0].lower
             st.next_removal_at = live[0].upper + p.finished

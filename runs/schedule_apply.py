@@ -28,7 +28,7 @@ from runs import actions
 from runs.store import store
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import Conflict, PayloadTooLarge, ServiceError, ValidationFailed
-from schedules.models import Schedule, ScheduleStatus, Tenant
+from schedules.models import AuditAction, Schedule, ScheduleStatus, Tenant
 from schedules.services import (VERSIONED_DEFAULTS, Actor, audit, default_timeout_seconds, jsonable, quota_refusals,
                                 validate_fields, version_fields)
 
@@ -298,7 +298,7 @@ def apply_set(tenant: Tenant, declared: list, *, prune: bool = False, dry_run: b
             if dry_run or not plan.changed:
                 return plan
             _carry_out(tenant, plan, by=by, now=now)
-            audit("schedule.apply", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+            audit(AuditAction.SCHEDULE_APPLY, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
                   after={"prune": prune, "summary": plan.counts(),
                          "changes": [s.as_json() for s in plan.steps if s.action != Action.UNCHANGED]})
             plan.applied = True

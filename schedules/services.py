@@ -15,6 +15,7 @@ from django.db.models import Sum
 
 from scheduler_project.foundation.errors import PayloadTooLarge, ValidationFailed
 from schedules import timeexpr
+from schedules.timeexpr.types import DstRepeated, DstSkipped
 from schedules.models import AuditEntry, Schedule, ScheduleVersion, Tenant, TenantScheduleCount
 from schedules.spread import spread_offset, spread_problem
 from schedules.targets import target_header_problems, url_allowed, url_shape_problem
@@ -37,8 +38,8 @@ VERSIONED_DEFAULTS = {
     "max_attempts": 5,
     "backoff_base_seconds": 1.0,
     "backoff_max_seconds": 300.0,
-    "dst_skipped": "next_valid",
-    "dst_repeated": "earlier",
+    "dst_skipped": DstSkipped.NEXT_VALID.value,
+    "dst_repeated": DstRepeated.EARLIER.value,
     "start_at": None,
     "end_at": None,
     "spread_seconds": None,  # the tenant's default_spread_seconds for a new schedule

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed
 from scheduler_project.foundation.usernames import normalized_username
-from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
-                              new_signing_secret)
+from schedules.models import (ApiKey, AuditAction, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
+                              new_signing_secret, tenant_set)
 from schedules.services import SYSTEM, Actor, audit
 from schedules.spread import MAX_SPREAD_SECONDS
 from django.contrib.auth import get_user_model
@@ -83,7 +83,7 @@ def create_tenant(slug: str, *, name: str = "", allow_targets=(), by: Actor = SY
     for prefix in allow_targets:
         add_target_prefix(tenant, prefix, by=by)
     if created:
-        audit("tenant.create", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, after={"slug": slug})
+        audit(AuditAction.TENANT_CREATE, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, after={"slug": slug})
     return tenant
 
 
@@ -115,13 +115,13 @@ def add_target_prefix(tenant: Tenant, prefix: str, *, by: Actor, max_concurrency
         tenant=tenant, prefix=prefix, defaults={"max_concurrency": limit}
     )
     if created:
-        audit("tenant.allow_target", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+        audit(AuditAction.TENANT_ALLOW_TARGET, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
               after={"prefix": prefix, "max_concurrency": limit})
     return target
 
 
 def remove_target_prefix(target: TargetPrefix, *, by: Actor) -> None:
-    audit("tenant.remove_target", by=by, obj_type="tenant", obj_id=target.tenant_id, tenant_id=target.tenant_id,
+    audit(AuditAction.TENANT_REMOVE_TARGET, by=by, obj_type="tenant", obj_id=target.tenant_id, tenant_id=target.tenant_id,
           before={"prefix": target.prefix})
     target.delete()
 
@@ -143,7 +143,7 @@ def create_api_key(tenant: Tenant, *, label: str = "", by: Actor = SYSTEM) -> tu
     key = ApiKey.objects.create(
         tenant=tenant, label=label, prefix=raw[:11], key_hash=hash_api_key(raw), created_by=by.name
     )
-    audit("apikey.create", by=by, obj_type="apikey", obj_id=key.id, tenant=tenant,
+    audit(AuditAction.APIKEY_CREATE, by=by, obj_type="apikey", obj_id=key.id, tenant=tenant,
           after={"prefix": key.prefix, "label": label})
     return key, raw
 
@@ -174,7 +174,7 @@ def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
     if not updated:
         raise Conflict("this key is already revoked")
     key.refresh_from_db()
-    audit("apikey.revoke", by=by, obj_type="apikey", obj_id=key.id, tenant_id=key.tenant_id, after={"prefix": key.prefix})
+    audit(AuditAction.APIKEY_REVOKE, by=by, obj_type="apikey", obj_id=key.id, tenant_id=key.tenant_id, after={"prefix": key.prefix})
     return key
 
 
@@ -232,7 +232,7 @@ def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in
         setattr(tenant, k, v)
     tenant.save(update_fields=list(changed))
     for k in changed:
-        audit(f"tenant.set_{k}", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+        audit(tenant_set(k), by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
               before={k: before[k]}, after={k: changed[k]})
     return tenant
 
@@ -256,7 +256,7 @@ def rotate_signing_secret(tenant: Tenant, *, by: Actor) -> Tenant:
     old = tenant.signing_secret
     tenant.signing_secret = new_signing_secret()
     tenant.save(update_fields=["signing_secret"])
-    audit("tenant.rotate_secret", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+    audit(AuditAction.TENANT_ROTATE_SECRET, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
           before={"secretFingerprint": secret_fingerprint(old)},
           after={"secretFingerprint": secret_fingerprint(tenant.signing_secret)})
     return tenant
@@ -296,7 +296,7 @@ def add_member(tenant: Tenant, username: str, *, role: str, by: Actor) -> Tenant
     if not created and membership.role != role:
         return set_member_role(membership, role, by=by)
     if created:
-        audit("tenant.add_member", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+        audit(AuditAction.TENANT_ADD_MEMBER, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
               after={"user": username, "role": role})
     return membership
 
@@ -311,7 +311,7 @@ def set_member_role(membership: TenantMembership, role: str, *, by: Actor) -> Te
     before = membership.role
     membership.role = role
     membership.save(update_fields=["role"])
-    audit("tenant.set_member_role", by=by, obj_type="tenant", obj_id=membership.tenant_id,
+    audit(AuditAction.TENANT_SET_MEMBER_ROLE, by=by, obj_type="tenant", obj_id=membership.tenant_id,
           tenant_id=membership.tenant_id, before={"user": membership.user.get_username(), "role": before},
           after={"user": membership.user.get_username(), "role": role})
     return membership
@@ -320,6 +320,6 @@ def set_member_role(membership: TenantMembership, role: str, *, by: Actor) -> Te
 @transaction.atomic
 def remove_member(membership: TenantMembership, *, by: Actor) -> None:
     _keep_an_admin(membership)
-    audit("tenant.remove_member", by=by, obj_type="tenant", obj_id=membership.tenant_id,
+    audit(AuditAction.TENANT_REMOVE_MEMBER, by=by, obj_type="tenant", obj_id=membership.tenant_id,
           tenant_id=membership.tenant_id, before={"user": membership.user.get_username(), "role": membership.role})
     membership.delete()

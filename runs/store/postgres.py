@@ -35,7 +35,7 @@ def _cursor():
     """A server-side-binding cursor on Django's connection (same transaction): the query and its
     array parameters travel separately, so Python does not compose a literal query text per batch.
     Statements are never prepared (`prepare=False` at each execute): a plan cached while a queue
-    table was nearly empty is the trap described in shared/notes/performance.md."""
+    table was nearly empty would be kept after the table filled."""
     connection.ensure_connection()
     cur = psycopg.Cursor(connection.connection)
     try:

@@ -1,7 +1,6 @@
 """Time-expression engine: cron, RRULE, at() and rate() rules in an IANA zone.
 
-Pure: no database, no Django models. The contract is /work/shared/spec/time.md; the user-facing
-explanation is docs/time-semantics.md.
+Pure: no database, no Django models. What it promises users, and why, is docs/time-semantics.md.
 
 Errors and budgets. Every refusal is an ``ExpressionError`` whose ``field`` names the API field
 at fault; nothing else escapes ``parse``, ``preview`` or ``Rule.next_after`` for well-formed

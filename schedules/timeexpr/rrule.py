@@ -709,7 +709,7 @@ class RRuleWalls:
 
     def _first_slot_time(self, o: int, th: int) -> int | None:
         """First time of day >= th (seconds) on day o that the sub-daily rule holds."""
-        unit, n, U = self.unit, self.n, self.U
+        unit, U = self.unit, self.U
         r = self._day_residue(o)
         x = th // unit
         offs = self.offsets

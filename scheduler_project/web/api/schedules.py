@@ -20,6 +20,7 @@ from scheduler_project.foundation.errors import StaleVersion, ValidationFailed
 from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.params import parse_uuid
 from schedules import timeexpr
+from schedules.timeexpr.types import DstRepeated, DstSkipped
 from scheduler_project.web.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from scheduler_project.web.api.idempotency import idempotent
 from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
@@ -52,7 +53,7 @@ from schedules.owners import owner_for
 from schedules.services import Actor, rule_for
 from schedules.tenants import create_api_key, revoke_api_key
 
-# --- shared by every API view (runs.api imports these) ---------------------------------------
+# --- shared by every API view (the other API modules import these) ---------------------------
 
 
 def actor(request) -> Actor:
@@ -361,7 +362,8 @@ class ExpressionPreviewView(ApiView):
         try:
             rule = timeexpr.parse(
                 data["expression"], data["timeZone"], anchor=anchor,
-                dst_policy=timeexpr.DstPolicy(policy.get("skipped", "next_valid"), policy.get("repeated", "earlier")),
+                dst_policy=timeexpr.DstPolicy(policy.get("skipped", DstSkipped.NEXT_VALID),
+                                              policy.get("repeated", DstRepeated.EARLIER)),
             )
             occs = timeexpr.preview(rule, after, data.get("count", 10))  # bounded: over budget is a 400
         except timeexpr.ExpressionError as e:

@@ -33,13 +33,14 @@ from scheduler_project.web.portal.common import parse_uuid, parse_when, render_v
 from scheduler_project.web.portal.display import TimePrefs
 from scheduler_project.web.textinput import long_value_limit
 from schedules import timeexpr
+from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES, DstRepeated, DstSkipped
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, Tenant
 from schedules.services import (TARGET_METHODS, VERSIONED_DEFAULTS, default_timeout_seconds, validate_fields,
                                 version_fields)
 
 PREVIEW_COUNT = 10
-DST_SKIPPED = ("next_valid", "shift", "skip")
-DST_REPEATED = ("earlier", "later", "both")
+DST_SKIPPED = SKIPPED_CHOICES
+DST_REPEATED = REPEATED_CHOICES
 INTS = {
     "target_timeout_seconds": "Timeout",
     "max_attempts": "Attempts",
@@ -194,7 +195,7 @@ def preview(expression: str, time_zone: str, dst_skipped: str, dst_repeated: str
 
 def _preview_context(values: dict) -> dict:
     occurrences, error = preview(values.get("expression", ""), values.get("time_zone", ""),
-                                 values.get("dst_skipped", "next_valid"), values.get("dst_repeated", "earlier"),
+                                 values.get("dst_skipped", DstSkipped.NEXT_VALID), values.get("dst_repeated", DstRepeated.EARLIER),
                                  values.get("start_at"))
     return {"occurrences": occurrences, "preview_error": error, "preview_zone": values.get("time_zone") or "UTC",
             "previewed": bool(values.get("expression", "").strip())}
