@@ -34,8 +34,15 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import transaction
 
-from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMinute, ActivityPending,
-                             ScheduleActivity, TargetMinute)
+from dispatch.models import (
+    ALL_TENANTS,
+    LAG_BOUNDS,
+    ActivityCursor,
+    ActivityMinute,
+    ActivityPending,
+    ScheduleActivity,
+    TargetMinute,
+)
 from runs import stats
 from runs.decisions import LEASE_EXPIRED
 from runs.models import Attempt, AttemptOutcome, RunKind, attempts_with_their_runs

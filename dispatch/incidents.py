@@ -34,14 +34,22 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Sum
 
-from dispatch.models import (DeadMinute, FailureStreak, Incident, IncidentCursor, IncidentPolicy, IncidentRule,
-                             IncidentState, Notification, NotificationChannel)
+from dispatch.models import (
+    DeadMinute,
+    FailureStreak,
+    Incident,
+    IncidentCursor,
+    IncidentPolicy,
+    IncidentRule,
+    IncidentState,
+    Notification,
+    NotificationChannel,
+)
 from runs.models import EventKind, OutboxEvent, Reason, Run, RunKind, RunState
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import Conflict
-from schedules.models import AuditAction, Owner, Schedule, Tenant
+from schedules.models import AuditAction, AuditEntry, Owner, Schedule, Tenant
 from schedules.services import Actor, audit, audit_entry
-from schedules.models import AuditEntry
 
 log = logging.getLogger("scheduler.incidents")
 

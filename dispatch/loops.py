@@ -31,8 +31,8 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from dispatch import tracing
-from runs import queue
 from dispatch.sharding import SHARD_LEASE_SECONDS, hold_shards, record_pass
+from runs import queue
 from scheduler_project.foundation import expiry
 
 log = logging.getLogger("scheduler.loops")

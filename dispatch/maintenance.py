@@ -10,11 +10,10 @@ more is due, so the runner's shutdown and failure handling apply between units a
 
 import logging
 
-from runs import retention
+from runs import partitions, retention
 from runs.history_settings import get as setting
 from runs.store import store
 from scheduler_project.foundation.dbclock import db_now
-from runs import partitions
 
 log = logging.getLogger("scheduler.maintain")
 

@@ -9,7 +9,6 @@ Queries are the bounded, index-backed ones of runs.stats; a scrape costs a few m
 from datetime import timedelta
 
 from django.db.models import Sum
-
 from prometheus_client import generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,

@@ -6,11 +6,11 @@ All live in the database so that any number of copies on any number of machines 
 without talking to each other, and so that every web process reports the same figures."""
 
 import uuid
+from importlib import metadata
+from pathlib import Path
 
 from django.db import models
 from django.db.models import Q
-from importlib import metadata
-from pathlib import Path
 
 
 class ShardLease(models.Model):

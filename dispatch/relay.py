@@ -47,8 +47,8 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction

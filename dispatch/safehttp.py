@@ -43,11 +43,16 @@ from dispatch import http1
 
 # The allowlist lives with the tenants it belongs to; the API checks it at create time with the
 # same code the workers use at call time.
-from schedules.targets import TargetRefused, _parse_url, _parsed_url_allowed, url_allowed  # noqa: F401
-
 # The header rule too: the API refuses a schedule's header with it, and every header of every call
 # is checked with it again here, so a row stored before the rule was tightened is never sent.
-from schedules.targets import MAX_HEADER_VALUE, header_problem
+from schedules.targets import (  # noqa: F401
+    MAX_HEADER_VALUE,
+    TargetRefused,
+    _parse_url,
+    _parsed_url_allowed,
+    header_problem,
+    url_allowed,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -24,16 +24,16 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from dispatch import signing, tracing
-from dispatch.safehttp import SafeClient, client_from_settings
 from dispatch.loops import failure_backoff
 from dispatch.metrics import BATCH_BUCKETS
 from dispatch.models import WorkerStat
+from dispatch.safehttp import SafeClient, client_from_settings
 from dispatch.wakeup import RUNS_CHANNEL, Listener
-from scheduler_project.foundation.dbclock import db_now
 from runs import queue, tracecontext
 from runs.decisions import Holding
 from runs.models import AttemptOutcome
 from runs.queue import Claimed, Result
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Tenant
 
 log = logging.getLogger("scheduler.worker")

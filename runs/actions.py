@@ -39,9 +39,9 @@ from schedules.services import (
     anchor_for,
     audit,
     audit_entry,
+    check_quotas,
     first_run_at,
     jsonable,
-    check_quotas,
     quota_locks,
     quota_refusals,
     rule_for,
@@ -50,7 +50,6 @@ from schedules.services import (
     with_spread_offset,
 )
 from schedules.targets import target_host
-
 
 # An owner argument not given: create takes the tenant's default owner, edit leaves it.
 UNSET = object()

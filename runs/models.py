@@ -26,8 +26,8 @@ from datetime import timedelta
 from django.db import models
 from django.db.models import F, Q
 
-from schedules.models import Schedule, ScheduleVersion, Tenant
 from runs import tracecontext
+from schedules.models import Schedule, ScheduleVersion, Tenant
 
 
 class RunState(models.TextChoices):

@@ -31,14 +31,14 @@ Only one maintenance process does DDL at a time (a PostgreSQL advisory lock).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 
 from django.db import connection, transaction
 
 from runs.history_settings import get as setting
-import time
 
 log = logging.getLogger("scheduler.partitions")
 

@@ -35,18 +35,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core import serializers
 from django.db import connection, transaction
 
+from runs import partitions
 from runs.history_settings import get as setting
-from runs.models import MAX_RETENTION_DAYS, HistoryPartition, HistoryRemoval, RetentionPolicy
+from runs.models import MAX_RETENTION_DAYS, Attempt, HistoryPartition, HistoryRemoval, Occurrence, RetentionPolicy, Run
+from runs.partitions import Group, Role, q
 from runs.store import store
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import AuditAction, Tenant
 from schedules.services import Actor, audit
-from django.core import serializers
-from runs import partitions
-from runs.models import Attempt, Occurrence, Run
-from runs.partitions import Group, Role, q
-from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.retention")
 

@@ -29,8 +29,16 @@ from runs.store import store
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import Conflict, PayloadTooLarge, ServiceError, ValidationFailed
 from schedules.models import AuditAction, Schedule, ScheduleStatus, Tenant
-from schedules.services import (VERSIONED_DEFAULTS, Actor, audit, default_timeout_seconds, jsonable, quota_refusals,
-                                validate_fields, version_fields)
+from schedules.services import (
+    VERSIONED_DEFAULTS,
+    Actor,
+    audit,
+    default_timeout_seconds,
+    jsonable,
+    quota_refusals,
+    validate_fields,
+    version_fields,
+)
 
 # The API's name of each versioned field, for the plan's diffs.
 FIELD_NAMES = {

@@ -29,7 +29,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
-from django.db.models import BooleanField, Case, Count, DurationField, ExpressionWrapper, F, IntegerField, Max, Min, Q, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    Max,
+    Min,
+    Q,
+    When,
+)
 from django.db.models.functions import Mod
 
 from runs.models import Attempt, OutboxEvent, RecentStateCount, Run, RunKind, RunState, attempts_with_their_runs

@@ -6,8 +6,8 @@ schedule's own owner changes through runs.actions (create and edit), which uses
 import re
 from urllib.parse import urlsplit
 
-from django.core.validators import validate_email
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
 from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed

@@ -15,10 +15,10 @@ from django.db.models import Sum
 
 from scheduler_project.foundation.errors import PayloadTooLarge, ValidationFailed
 from schedules import timeexpr
-from schedules.timeexpr.types import DstRepeated, DstSkipped
 from schedules.models import AuditEntry, Schedule, ScheduleVersion, Tenant, TenantScheduleCount
 from schedules.spread import spread_offset, spread_problem
 from schedules.targets import target_header_problems, url_allowed, url_shape_problem
+from schedules.timeexpr.types import DstRepeated, DstSkipped
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
 # version (docs/time-semantics.md, "Editing").

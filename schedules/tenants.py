@@ -9,16 +9,25 @@ import unicodedata
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed
 from scheduler_project.foundation.usernames import normalized_username
-from schedules.models import (ApiKey, AuditAction, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
-                              new_signing_secret, tenant_set)
+from schedules.models import (
+    ApiKey,
+    AuditAction,
+    MemberRole,
+    TargetPrefix,
+    Tenant,
+    TenantMembership,
+    hash_api_key,
+    new_signing_secret,
+    tenant_set,
+)
 from schedules.services import SYSTEM, Actor, audit
 from schedules.spread import MAX_SPREAD_SECONDS
-from django.contrib.auth import get_user_model
 from schedules.targets import url_allowed
 
 KEY_PREFIX = "sk_"

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from django.db import connection
 
-from runs.models import TERMINAL_STATES, Attempt, Occurrence, Run, RunState
 from runs import partitions
+from runs.models import TERMINAL_STATES, Attempt, Occurrence, Run, RunState
 
 
 class PortableHistory:

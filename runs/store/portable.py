@@ -12,10 +12,34 @@ import json
 from datetime import datetime, timedelta
 
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, CharField, Count, DateTimeField, F, IntegerField, Min, Q, TextField, Value, When
-from django.db.models.functions import Mod
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    DateTimeField,
+    F,
+    IntegerField,
+    Min,
+    Q,
+    TextField,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Mod, RowNumber
 
-from runs.decisions import BUFFERED_UNTIL, LEASE_EXPIRED, Claimed, Decided, Event, VersionPolicy, completion_kind, event, iso
+from runs import decisions
+from runs.decisions import (
+    BUFFERED_UNTIL,
+    LEASE_EXPIRED,
+    Claimed,
+    Decided,
+    Event,
+    VersionPolicy,
+    completion_kind,
+    event,
+    iso,
+)
 from runs.models import (
     TERMINAL_STATES,
     Attempt,
@@ -33,9 +57,6 @@ from runs.store.history import PortableHistory
 from runs.store.requested import RequestedChanges
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import MisfirePolicy, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
-from django.db.models import Window
-from django.db.models.functions import RowNumber
-from runs import decisions
 from schedules.targets import target_host
 
 

@@ -22,6 +22,7 @@ change answers 403.
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import render
@@ -29,7 +30,6 @@ from django.shortcuts import render
 from scheduler_project.web.clientaddr import client_address
 from schedules.models import MemberRole, Tenant, TenantMembership
 from schedules.services import Actor
-from django.contrib.auth.models import Group, Permission
 
 # capability -> the permission that gives it to an operator (schedules.models.Tenant.Meta).
 CAPABILITIES = {

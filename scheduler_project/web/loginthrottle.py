@@ -27,8 +27,8 @@ from django.db.models import Q
 from django.shortcuts import render
 
 from scheduler_project.foundation.dbclock import db_now
-from scheduler_project.web.clientaddr import client_address
 from scheduler_project.foundation.usernames import canonical_username
+from scheduler_project.web.clientaddr import client_address
 from scheduler_project.web.models import LoginThrottle
 
 LOGIN_PATHS = frozenset({"/accounts/login/", "/admin/login/"})

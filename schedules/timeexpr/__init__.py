@@ -21,8 +21,15 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from .budget import (NEXT_AFTER_UNITS, PREVIEW_UNITS, PROBE_UNITS, VALIDATION_CPU_SECONDS, VALIDATION_UNITS,
-                     TooExpensive, metered)
+from .budget import (
+    NEXT_AFTER_UNITS,
+    PREVIEW_UNITS,
+    PROBE_UNITS,
+    VALIDATION_CPU_SECONDS,
+    VALIDATION_UNITS,
+    TooExpensive,
+    metered,
+)
 from .parsing import parse
 from .rules import Rule
 from .types import DstPolicy, ExpressionError, Occurrence

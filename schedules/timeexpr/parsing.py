@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 from .budget import PROBE_UNITS, VALIDATION_CPU_SECONDS, VALIDATION_UNITS, metered
 from .cron import CronWalls, cron_text, is_fixed_time
 from .days import shared
+from .rrule import parse_rrule
 from .rules import AtRule, RateRule, Rule, WallRule
 from .types import DstPolicy, ExpressionError, Occurrence
 from .zones import MAX_INSTANT, RANGE_TEXT, in_range, resolve_fixed, validate_time_zone
-from .rrule import parse_rrule
 
 UTC = timezone.utc
 

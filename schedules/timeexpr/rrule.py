@@ -33,8 +33,20 @@ from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from .budget import charge
-from .days import (ALL_DAYS, CYCLE_YEARS, KEYS, MAX_ORDINAL, MAX_YEAR, DaySearch, WeekdayDays, jan1,
-                   layout, shared, weekday, year_of)
+from .days import (
+    ALL_DAYS,
+    CYCLE_YEARS,
+    KEYS,
+    MAX_ORDINAL,
+    MAX_YEAR,
+    DaySearch,
+    WeekdayDays,
+    jan1,
+    layout,
+    shared,
+    weekday,
+    year_of,
+)
 from .rules import WallRule
 from .types import DstPolicy, ExpressionError
 

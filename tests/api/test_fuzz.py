@@ -18,8 +18,8 @@ from schemathesis import DataGenerationMethod
 from schemathesis.checks import ALL_CHECKS
 
 from runs import actions
-from schedules.tenants import create_api_key
 from scheduler_project.wsgi import application
+from schedules.tenants import create_api_key
 from tests.helpers import ACTOR, make_schedule
 
 if not hasattr(_conjecture_utils.many, "more"):

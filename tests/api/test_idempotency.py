@@ -9,7 +9,6 @@ from django.db import connection
 from django.utils import timezone
 
 from dispatch.loops import Reconciler
-
 from runs.models import Run
 from scheduler_project.web.api import idempotency
 from scheduler_project.web.models import IdempotencyRecord

@@ -9,12 +9,12 @@ import pytest
 from django.db import connection
 
 from scheduler_project.foundation.dbclock import db_now
-from scheduler_project.web.store import find_key, hit, prune
-from tests.helpers import make_schedule
 from scheduler_project.web.models import ApiRateCounter
+from scheduler_project.web.store import find_key, hit, prune
 from schedules.models import ApiKey, hash_api_key
 from schedules.services import SYSTEM, _counted
 from schedules.tenants import create_api_key, create_tenant, revoke_api_key
+from tests.helpers import make_schedule
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import pytest
 from dispatch.loops import drain, reconcile_step, scan_step
 from dispatch.worker import run_worker
 from runs import queue
-from runs.models import Attempt, Run
 from runs.actions import retry_run
+from runs.models import Attempt, Run
 from tests.helpers import ACTOR, expire_lease, make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -184,7 +184,7 @@ def test_insert_schedule_is_all_or_nothing_without_a_transaction_of_the_callers(
     version and the schedule were sent: neither may remain."""
     from django.db import connection
 
-    from runs.actions import _new_schedule, _created_entry
+    from runs.actions import _created_entry, _new_schedule
     from schedules.models import AuditEntry, Schedule, ScheduleVersion
     from schedules.services import VERSIONED_DEFAULTS, validate_fields
 
@@ -212,8 +212,8 @@ def test_with_history_reads_each_runs_occurrence_and_attempts(tenant, target):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from runs.models import Occurrence, with_history
     from runs.actions import trigger_schedule
+    from runs.models import Occurrence, with_history
 
     schedule = make_schedule(tenant, target.url + "/x")
     runs = [trigger_schedule(schedule, by=SYSTEM) for _ in range(3)]

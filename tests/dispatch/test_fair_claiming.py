@@ -10,9 +10,9 @@ from dispatch.loops import Scanner, drain, scan_step
 from dispatch.models import ShardLease
 from runs import queue
 from runs.models import Run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, TargetPrefix
 from schedules.tenants import create_tenant
-from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,8 +7,8 @@ the real database, with the loops running on their own threads through the one r
 import logging
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager

@@ -200,8 +200,8 @@ def scheduler_env(url: str, **extra) -> dict:
 def make_steady_schedules(tenant, target_url: str, count: int) -> list:
     """`count` every-minute schedules whose instants are spread evenly over the minute, so runs
     come due all the time and a stall shows as a gap."""
-    from schedules.models import Schedule
     from scheduler_project.foundation.dbclock import db_now
+    from schedules.models import Schedule
     from tests.helpers import make_schedule
 
     base = db_now().replace(microsecond=0) + timedelta(seconds=2)

@@ -12,8 +12,8 @@ from dispatch import invariants
 from dispatch.loops import drain, scan_step
 from runs import queue
 from runs.models import Attempt, Occurrence, OutboxEvent, Run
-from schedules.models import Schedule
 from scheduler_project.foundation.dbclock import db_now
+from schedules.models import Schedule
 from tests.helpers import make_due, make_schedule
 
 pytestmark = [

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from runs.models import Attempt, AttemptOutcome, Occurrence, Run, RunState
 from runs.actions import trigger_schedule
+from runs.models import Attempt, AttemptOutcome, Occurrence, Run, RunState
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.access import ROLE_OPERATOR, ROLE_READ_ONLY, role
 from schedules.models import TenantMembership

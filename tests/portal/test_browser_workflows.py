@@ -11,10 +11,10 @@ from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.test import Client
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from dispatch.models import WorkerStat, software_version
 from dispatch.worker import run_worker

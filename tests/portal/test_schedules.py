@@ -3,8 +3,8 @@ runs), and pause, resume, trigger now and backfill through the services."""
 
 from django.urls import reverse
 
-from runs.models import Run, RunKind, RunState
 from runs.actions import edit_schedule, pause_schedule
+from runs.models import Run, RunKind, RunState
 from schedules.models import AuditEntry, Schedule
 from tests.helpers import ACTOR, make_schedule, utc
 

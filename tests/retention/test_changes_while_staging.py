@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from runs import queue, retention
-from runs.models import Attempt, Run
 from runs.actions import retry_run
+from runs.models import Attempt, Run
 from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR
 from tests.partitions.test_sealed_partitions import backfilled_long_ago

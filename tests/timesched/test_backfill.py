@@ -4,11 +4,11 @@ from datetime import timedelta
 
 import pytest
 
-from runs.models import Occurrence, Run
 from runs.actions import backfill_schedule, plan_backfill
-from schedules.models import Schedule
+from runs.models import Occurrence, Run
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import ValidationFailed
+from schedules.models import Schedule
 from tests.helpers import ACTOR, make_schedule, utc
 from tests.timesched.support import scan_until_idle
 

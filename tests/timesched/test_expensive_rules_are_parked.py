@@ -8,9 +8,9 @@ import pytest
 from runs import decisions
 from runs.models import Run
 from runs.queue import SCAN_PARK, materialise_due
+from scheduler_project.foundation.dbclock import db_now
 from schedules import timeexpr
 from schedules.models import Schedule
-from scheduler_project.foundation.dbclock import db_now
 from schedules.tenants import create_tenant
 from tests.helpers import make_due, make_schedule
 

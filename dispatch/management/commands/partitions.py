@@ -1,4 +1,3 @@
-from datetime import timedelta
 
 from django.core.management.base import BaseCommand
 

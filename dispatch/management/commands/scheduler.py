@@ -1,3 +1,4 @@
+import ctypes
 import logging
 import os
 import signal
@@ -17,7 +18,6 @@ from dispatch.management.commands.work import default_worker_id
 from dispatch.notifications import NotificationRelay
 from dispatch.relay import Relay
 from dispatch.worker import run_worker
-import ctypes
 
 log = logging.getLogger("scheduler.loops")
 

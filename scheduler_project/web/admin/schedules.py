@@ -13,10 +13,18 @@ from runs import actions
 from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.access import has_operator_permission
-from scheduler_project.web.portal.display import headers_shown, masked_change
 from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
-from schedules.models import (ApiKey, AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant,
-                              TenantMembership)
+from scheduler_project.web.portal.display import headers_shown, masked_change
+from schedules.models import (
+    ApiKey,
+    AuditEntry,
+    Schedule,
+    ScheduleStatus,
+    ScheduleVersion,
+    TargetPrefix,
+    Tenant,
+    TenantMembership,
+)
 from schedules.tenants import revoke_api_key
 
 

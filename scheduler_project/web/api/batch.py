@@ -22,9 +22,9 @@ from scheduler_project.foundation.dbclock import request_now
 from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.errors import exception_handler
+from scheduler_project.web.api.idempotency import idempotent
 from scheduler_project.web.api.schedule_serializers import StrictSerializer, to_fields, validate_schedule
 from scheduler_project.web.api.schedules import BODY_ERRORS, IDEMPOTENCY_PARAM, actor, error_responses, owner_given
-from scheduler_project.web.api.idempotency import idempotent
 
 MAX_ITEMS = actions.MAX_BATCH
 

@@ -6,11 +6,9 @@ from rest_framework.response import Response
 
 from runs import actions
 from runs.models import Run, RunState, with_history, with_spread
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.run_serializers import RunOut
-from scheduler_project.foundation.errors import ValidationFailed
-from scheduler_project.web.pagination import RUN_PAGES
-from scheduler_project.web.params import parse_uuid
 from scheduler_project.web.api.schedules import (
     BODY_ERRORS,
     PAGE_PARAMS,
@@ -22,7 +20,8 @@ from scheduler_project.web.api.schedules import (
     parse_instant,
     require_empty_body,
 )
-
+from scheduler_project.web.pagination import RUN_PAGES
+from scheduler_project.web.params import parse_uuid
 
 
 def tenant_run(request, pk) -> Run:

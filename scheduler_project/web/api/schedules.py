@@ -10,20 +10,13 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_seri
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from scheduler_project.web.api.base import ApiView, operation
-
 from runs import actions
-from scheduler_project.web.api.run_serializers import RunOut
-from scheduler_project.web.clientaddr import client_address
 from scheduler_project.foundation.dbclock import db_now, request_now
 from scheduler_project.foundation.errors import StaleVersion, ValidationFailed
-from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
-from scheduler_project.web.params import parse_uuid
-from schedules import timeexpr
-from schedules.timeexpr.types import DstRepeated, DstSkipped
+from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from scheduler_project.web.api.idempotency import idempotent
-from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
+from scheduler_project.web.api.run_serializers import RunOut
 from scheduler_project.web.api.schedule_serializers import (
     EARLIEST,
     LATEST,
@@ -48,10 +41,16 @@ from scheduler_project.web.api.schedule_serializers import (
     to_fields,
     validate_schedule,
 )
+from scheduler_project.web.clientaddr import client_address
+from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
+from scheduler_project.web.params import parse_uuid
+from schedules import timeexpr
+from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
 from schedules.occurrences import upcoming
 from schedules.owners import owner_for
 from schedules.services import Actor, rule_for
 from schedules.tenants import create_api_key, revoke_api_key
+from schedules.timeexpr.types import DstRepeated, DstSkipped
 
 # --- shared by every API view (the other API modules import these) ---------------------------
 

@@ -17,11 +17,18 @@ from django.utils.http import urlencode
 
 from runs import actions
 from runs.models import Run, RunState
-from schedules.models import Schedule
-from scheduler_project.web.portal.runs import filter_problems, run_filters, runs_page, _tenant_ids_for_merge
-from scheduler_project.web.access import actor_for, is_operator, operable_tenant_ids, portal_view, scope, visible_tenants
+from scheduler_project.web.access import (
+    actor_for,
+    is_operator,
+    operable_tenant_ids,
+    portal_view,
+    scope,
+    visible_tenants,
+)
 from scheduler_project.web.portal.common import parse_uuid, render_view
 from scheduler_project.web.portal.display import plural
+from scheduler_project.web.portal.runs import _tenant_ids_for_merge, filter_problems, run_filters, runs_page
+from schedules.models import Schedule
 
 # A bulk action over a filter touches at most this many runs; a bigger set is done in steps, so
 # no click starts an unbounded loop at 3 a.m.

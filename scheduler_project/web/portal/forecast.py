@@ -9,16 +9,23 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_POST
 
 from dispatch import forecast as fc
 from runs import actions
 from scheduler_project.foundation.errors import ServiceError
-from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require,
-                                          visible_tenant_ids)
-from scheduler_project.web.portal.charts import BOTTOM, H, LEFT, RIGHT, TOP, W, _count, _nice_max
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    portal_view,
+    require,
+    visible_tenant_ids,
+)
+from scheduler_project.web.portal.charts import BOTTOM, LEFT, RIGHT, TOP, H, W, _count, _nice_max
 from scheduler_project.web.portal.common import parse_uuid, render_view, service_message
 from scheduler_project.web.portal.display import TimePrefs, format_in
 from schedules.models import Tenant

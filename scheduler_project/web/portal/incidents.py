@@ -9,8 +9,16 @@ from django.views.decorators.http import require_POST
 from dispatch import incidents
 from dispatch.models import Incident, IncidentRule, IncidentState
 from runs.actions import edit_schedule
-from scheduler_project.web.access import actor_for, can, get_scoped, is_operator, portal_view, require, scope, \
-    visible_tenants
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    portal_view,
+    require,
+    scope,
+    visible_tenants,
+)
 from scheduler_project.web.pagination import INCIDENT_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, render_view
 from schedules.models import Owner, Schedule

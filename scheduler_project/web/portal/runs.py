@@ -8,15 +8,33 @@ from django_htmx.http import HttpResponseStopPolling
 
 from runs import actions
 from runs.models import TERMINAL_STATES, Run, RunState, with_history
-from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require, scope,
-                                          visible_tenant_ids, visible_tenants)
-from schedules.models import Schedule
 from scheduler_project.foundation.errors import ValidationFailed
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    portal_view,
+    require,
+    scope,
+    visible_tenant_ids,
+    visible_tenants,
+)
 from scheduler_project.web.pagination import RUN_PAGES, Page
 from scheduler_project.web.portal import common
+from scheduler_project.web.portal.common import (
+    Confirm,
+    FilterProblems,
+    call_service,
+    confirm_response,
+    confirmed,
+    keyset_page,
+    parse_uuid,
+    parse_when,
+    render_view,
+)
 from scheduler_project.web.portal.display import headers_shown
-from scheduler_project.web.portal.common import (Confirm, FilterProblems, call_service, confirm_response, confirmed, keyset_page,
-                                                 parse_uuid, parse_when, render_view)
+from schedules.models import Schedule
 
 # With more tenants than this in view, the per-tenant merge below stops paying for itself.
 MERGE_MAX_TENANTS = 100

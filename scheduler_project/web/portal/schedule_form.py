@@ -26,17 +26,28 @@ from rest_framework.exceptions import ParseError
 
 from runs import actions
 from scheduler_project.foundation.dbclock import db_now
-from scheduler_project.foundation.errors import EditConflict, PayloadTooLarge, ServiceError, StaleVersion, ValidationFailed
-from scheduler_project.web.api.errors import check_json_value
+from scheduler_project.foundation.errors import (
+    EditConflict,
+    PayloadTooLarge,
+    ServiceError,
+    StaleVersion,
+    ValidationFailed,
+)
 from scheduler_project.web.access import actor_for, get_scoped, operable_tenant_ids, portal_view, require, scope
+from scheduler_project.web.api.errors import check_json_value
 from scheduler_project.web.portal.common import parse_uuid, parse_when, render_view
 from scheduler_project.web.portal.display import TimePrefs
 from scheduler_project.web.textinput import long_value_limit
 from schedules import timeexpr
-from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES, DstRepeated, DstSkipped
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, Tenant
-from schedules.services import (TARGET_METHODS, VERSIONED_DEFAULTS, default_timeout_seconds, validate_fields,
-                                version_fields)
+from schedules.services import (
+    TARGET_METHODS,
+    VERSIONED_DEFAULTS,
+    default_timeout_seconds,
+    validate_fields,
+    version_fields,
+)
+from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES, DstRepeated, DstSkipped
 
 PREVIEW_COUNT = 10
 DST_SKIPPED = SKIPPED_CHOICES

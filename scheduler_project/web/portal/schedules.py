@@ -15,11 +15,31 @@ from dispatch.models import ScheduleActivity
 from runs import actions
 from runs.models import TERMINAL_STATES, Run
 from scheduler_project.foundation.errors import ServiceError
-from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, operable_tenant_ids, portal_view,
-                                          require, scope, visible_tenants)
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    operable_tenant_ids,
+    portal_view,
+    require,
+    scope,
+    visible_tenants,
+)
 from scheduler_project.web.pagination import SCHEDULE_PAGES
-from scheduler_project.web.portal.common import (WHEN_RANGE_TEXT, Confirm, FilterProblems, call_service, confirm_response, confirmed,
-                                                 keyset_page, parse_uuid, parse_when, render_view, service_message)
+from scheduler_project.web.portal.common import (
+    WHEN_RANGE_TEXT,
+    Confirm,
+    FilterProblems,
+    call_service,
+    confirm_response,
+    confirmed,
+    keyset_page,
+    parse_uuid,
+    parse_when,
+    render_view,
+    service_message,
+)
 from scheduler_project.web.portal.display import headers_shown, plural, schedule_figures
 from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus

@@ -5,10 +5,10 @@ from datetime import timedelta
 from django import template
 from django.utils.html import format_html
 
-from scheduler_project.web.portal import display
-from schedules.spread import describe
 from runs.queue import idle_holding
+from scheduler_project.web.portal import display
 from scheduler_project.web.portal.charts import sparkline as draw
+from schedules.spread import describe
 
 register = template.Library()
 
