@@ -377,7 +377,7 @@ def main():
               f"{C.sql('SELECT pg_size_pretty(pg_database_size(current_database()))')[0][0]}", flush=True)
         full = measure(args, f"{args.runs} runs of history", sets, client, ids, target, backend)
 
-        print(f"\nsizes per million runs of history (heap / indexes, all partitions):")
+        print("\nsizes per million runs of history (heap / indexes, all partitions):")
         for t, v in sizes(args.runs).items():
             print(f"  {t:18s} {v['heap_mb_per_m']:7.1f} MiB / {v['index_mb_per_m']:7.1f} MiB  ({v['rows']} rows)")
         a, b = summary(empty), summary(full)

@@ -41,7 +41,7 @@ def main():
     from dispatch.incidents import IncidentEvaluator, probe_missed
     from dispatch.models import Incident
     from runs.models import OutboxEvent
-    from scheduler_project.dbclock import db_now
+    from scheduler_project.foundation.dbclock import db_now
 
     settings.SCHEDULER_INCIDENT_SETTLE_SECONDS = 0
     tenant = C.load_tenant("inc", "http://127.0.0.1:9/")

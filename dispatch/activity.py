@@ -34,12 +34,19 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import transaction
 
-from dispatch.models import (ALL_TENANTS, LAG_BOUNDS, ActivityCursor, ActivityMinute, ActivityPending,
-                             ScheduleActivity, TargetMinute)
+from dispatch.models import (
+    ALL_TENANTS,
+    LAG_BOUNDS,
+    ActivityCursor,
+    ActivityMinute,
+    ActivityPending,
+    ScheduleActivity,
+    TargetMinute,
+)
 from runs import stats
 from runs.decisions import LEASE_EXPIRED
 from runs.models import Attempt, AttemptOutcome, RunKind, attempts_with_their_runs
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.activity")
 

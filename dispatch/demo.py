@@ -17,8 +17,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from runs.schedule_changes import create_schedule, trigger_schedule
-from scheduler_project.dbclock import db_now
+from runs.actions import create_schedule, trigger_schedule
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, ScheduleStatus, Tenant
 from schedules.services import Actor
 

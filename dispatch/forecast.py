@@ -32,7 +32,7 @@ from django.db.models.functions import TruncMinute
 
 from dispatch.models import ALL_TENANTS, ActivityMinute, WorkerStat
 from runs.models import Run, RunState
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus, TargetPrefix
 from schedules.services import rule_for

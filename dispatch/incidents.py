@@ -34,12 +34,21 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Sum
 
-from dispatch.models import (DeadMinute, FailureStreak, Incident, IncidentCursor, IncidentPolicy, IncidentRule,
-                             IncidentState, Notification, NotificationChannel)
+from dispatch.models import (
+    DeadMinute,
+    FailureStreak,
+    Incident,
+    IncidentCursor,
+    IncidentPolicy,
+    IncidentRule,
+    IncidentState,
+    Notification,
+    NotificationChannel,
+)
 from runs.models import EventKind, OutboxEvent, Reason, Run, RunKind, RunState
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict
-from schedules.models import Owner, Schedule, Tenant
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import Conflict
+from schedules.models import AuditAction, AuditEntry, Owner, Schedule, Tenant
 from schedules.services import Actor, audit, audit_entry
 
 log = logging.getLogger("scheduler.incidents")
@@ -206,7 +215,7 @@ class Pass:
                        opened_at=at, last_seen_at=at, last_run_id=run_id, last_error=error[:300])
         inc.save(force_insert=True)
         self.open[key] = inc
-        self.audits.append(audit_entry("incident.open", by=SYSTEM, obj_type="incident", obj_id=inc.id, tenant_id=tid,
+        self.audits.append(audit_entry(AuditAction.INCIDENT_OPEN, by=SYSTEM, obj_type="incident", obj_id=inc.id, tenant_id=tid,
                                        after=incident_json(inc)))
         self.notes += notifications_for(inc, "incident.opened", tenant_slug=self.tenants[tid]["slug"], now=self.now,
                                         owner=owner)
@@ -217,7 +226,7 @@ class Pass:
             return
         inc.state, inc.resolved_at, inc.resolved_by = IncidentState.RESOLVED, self.now, SYSTEM.name
         self.touched[id(inc)] = inc
-        self.audits.append(audit_entry("incident.resolve", by=SYSTEM, obj_type="incident", obj_id=inc.id,
+        self.audits.append(audit_entry(AuditAction.INCIDENT_RESOLVE, by=SYSTEM, obj_type="incident", obj_id=inc.id,
                                        tenant_id=tid, after={"state": inc.state, "occurrences": inc.occurrences}))
         self.notes += notifications_for(inc, "incident.resolved", tenant_slug=self.tenants[tid]["slug"], now=self.now,
                                         owner=self.owners.get(inc.owner_id) if inc.owner_id else None)
@@ -234,7 +243,6 @@ class Pass:
         if self.notes:
             Notification.objects.bulk_create(self.notes)
         if self.audits:
-            from schedules.models import AuditEntry
             AuditEntry.objects.bulk_create(self.audits)
 
 
@@ -411,7 +419,7 @@ def acknowledge_incident(incident_id, *, tenant_id, by: Actor) -> Incident:
         raise Conflict(f"this incident is {inc.state}", state=inc.state)
     inc.state, inc.acknowledged_at, inc.acknowledged_by = IncidentState.ACKNOWLEDGED, db_now(), by.name
     inc.save(update_fields=["state", "acknowledged_at", "acknowledged_by"])
-    audit("incident.acknowledge", by=by, obj_type="incident", obj_id=inc.id, tenant_id=tenant_id,
+    audit(AuditAction.INCIDENT_ACKNOWLEDGE, by=by, obj_type="incident", obj_id=inc.id, tenant_id=tenant_id,
           before={"state": IncidentState.OPEN}, after={"state": inc.state})
     return inc
 
@@ -431,7 +439,7 @@ def resolve_incident(incident_id, *, tenant_id, by: Actor) -> Incident:
     if inc.rule == IncidentRule.CONSECUTIVE_FAILURES and inc.schedule_id:
         # A new incident needs a new streak of N, not the next single failure.
         FailureStreak.objects.filter(schedule_id=inc.schedule_id).delete()
-    audit("incident.resolve", by=by, obj_type="incident", obj_id=inc.id, tenant_id=tenant_id,
+    audit(AuditAction.INCIDENT_RESOLVE, by=by, obj_type="incident", obj_id=inc.id, tenant_id=tenant_id,
           before={"state": before}, after={"state": inc.state})
     slug = Tenant.objects.filter(id=tenant_id).values_list("slug", flat=True).first()
     Notification.objects.bulk_create(notifications_for(inc, "incident.resolved", tenant_slug=slug, now=now))
@@ -449,7 +457,7 @@ def send_test_notification(owner: Owner, *, by: Actor) -> list:
         n.incident = None
         n.payload = {**n.payload, "incident": None}
     Notification.objects.bulk_create(notes)
-    audit("owner.test_notification", by=by, obj_type="owner", obj_id=owner.id, tenant_id=owner.tenant_id,
+    audit(AuditAction.OWNER_TEST_NOTIFICATION, by=by, obj_type="owner", obj_id=owner.id, tenant_id=owner.tenant_id,
           after={"channels": [n.channel for n in notes]})
     return notes
 
@@ -463,7 +471,7 @@ def set_policy(tenant: Tenant, rule: str, *, schedule_id=None, enabled: bool, th
     before = {"enabled": policy.enabled, "threshold": policy.threshold}
     policy.enabled, policy.threshold = enabled, threshold
     policy.save(update_fields=["enabled", "threshold"])
-    audit("incident_rule.set", by=by, obj_type="schedule" if schedule_id else "tenant",
+    audit(AuditAction.INCIDENT_RULE_SET, by=by, obj_type="schedule" if schedule_id else "tenant",
           obj_id=schedule_id or tenant.id, tenant=tenant, before={"rule": rule, **before},
           after={"rule": rule, "enabled": enabled, "threshold": threshold})
     return policy

@@ -23,12 +23,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import connection
 
-from runs.models import TERMINAL_STATES, Attempt, Occurrence, OutboxEvent, Run
-from scheduler_project.dbclock import db_now
+from runs.models import TERMINAL_STATES, Attempt, AttemptOutcome, EventKind, Occurrence, OutboxEvent, Run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, ScheduleVersion, Tenant
 
 DEFAULT_LIMIT = 100
@@ -39,16 +40,21 @@ LOOP_MARGIN_SECONDS = 30.0
 # `created_at` comes from the writing process's clock, `published_at` from the database's.
 RETENTION_MARGIN = timedelta(hours=1)
 
-CREATION_KINDS = ("run.created", "run.skipped")
+CREATION_KINDS = (EventKind.CREATED, EventKind.SKIPPED)
 # Events that record an attempt's end, by the attempt's outcome.
 RESULT_KINDS = {
-    "succeeded": ("run.succeeded",),
-    "failed": ("run.retry_scheduled", "run.dead"),
+    AttemptOutcome.SUCCEEDED: (EventKind.SUCCEEDED,),
+    AttemptOutcome.FAILED: (EventKind.RETRY_SCHEDULED, EventKind.DEAD),
     # unknown: the reconciler saw the lease expire, or the worker got no answer after sending
     # (timeout, dropped connection) and reported it like a failure.
-    "unknown": ("run.lease_expired", "run.retry_scheduled", "run.dead"),
-    "abandoned": ("run.released", "run.canceled"),
+    AttemptOutcome.UNKNOWN: (EventKind.LEASE_EXPIRED, EventKind.RETRY_SCHEDULED, EventKind.DEAD),
+    AttemptOutcome.ABANDONED: (EventKind.RELEASED, EventKind.CANCELED),
 }
+
+
+class Severity(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"  # late, not wrong (an unpublished event)
 
 
 @dataclass
@@ -58,7 +64,7 @@ class Violation:
     message: str
     ids: list[str] = field(default_factory=list)  # the first `limit` ids involved
     count: int = 0  # how many in all
-    severity: str = "error"  # "warning": late, not wrong (an unpublished event)
+    severity: str = Severity.ERROR
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -134,7 +140,7 @@ def _id_text(value) -> str:
     return text
 
 
-def _check(ctx, invariant, name, message, sql, params=(), severity="error") -> list[Violation]:
+def _check(ctx, invariant, name, message, sql, params=(), severity=Severity.ERROR) -> list[Violation]:
     ids, count = _query(ctx, sql, list(params))
     if not count:
         return []
@@ -362,7 +368,7 @@ def unpublished_events(ctx: Context) -> list[Violation]:
         f"""SELECT CAST(e.event_id AS TEXT) AS id FROM {T['out']} e JOIN {T['ten']} t ON t.id = e.tenant_id
             WHERE e.published_at IS NULL AND e.created_at < %s AND t.notification_url <> ''""",
         [cutoff],
-        severity="warning",
+        severity=Severity.WARNING,
     )
 
 

@@ -31,8 +31,9 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from dispatch import tracing
+from dispatch.sharding import SHARD_LEASE_SECONDS, hold_shards, record_pass
 from runs import queue
-from schedules import idempotency
+from scheduler_project.foundation import expiry
 
 log = logging.getLogger("scheduler.loops")
 
@@ -248,7 +249,6 @@ class Scanner:
     def step(self) -> bool:
         if not self.shards:
             return self._pass()
-        from dispatch.sharding import SHARD_LEASE_SECONDS, hold_shards, record_pass
 
         if time.monotonic() - self.renewed_at > SHARD_LEASE_SECONDS / 3:
             self.held = hold_shards(self.holder, self.shards, self.prefer)
@@ -284,10 +284,10 @@ class Reconciler:
             log.info("reconcile: %d expired leases recovered, %d unclaimed occurrences skipped (misfire)",
                      expired, skipped)
         if time.monotonic() >= self.next_prune:
-            pruned = idempotency.prune_expired()
-            # A full batch means more are waiting: come back on the next pass rather than in a minute.
-            self.next_prune = time.monotonic() + (0 if pruned >= idempotency.PRUNE_BATCH
-                                                  else self.IDEMPOTENCY_PRUNE_SECONDS)
+            # Expired Idempotency-Key records (registered by the web, which owns their table). A full
+            # batch means more are waiting: come back on the next pass rather than in a minute.
+            more = expiry.prune_expired()
+            self.next_prune = time.monotonic() + (0 if more else self.IDEMPOTENCY_PRUNE_SECONDS)
         # Either step may have stopped at its bound with more to do: come straight back.
         return expired >= self.batch or skipped >= self.batch * queue.MISFIRE_BATCHES_PER_PASS
 

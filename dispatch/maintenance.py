@@ -10,10 +10,10 @@ more is due, so the runner's shutdown and failure handling apply between units a
 
 import logging
 
-from runs import retention
+from runs import partitions, retention
 from runs.history_settings import get as setting
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.maintain")
 
@@ -33,8 +33,6 @@ class Maintenance:
         return BUSY_RETRY_SECONDS if self.busy else setting("SCHEDULER_MAINTENANCE_SECONDS")
 
     def step(self) -> bool:
-        from runs import partitions
-
         s = store()
         if not s.partitioned:
             self.last = retention.run_pass(export_dir=self.export_dir)

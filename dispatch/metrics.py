@@ -9,7 +9,6 @@ Queries are the bounded, index-backed ones of runs.stats; a scrape costs a few m
 from datetime import timedelta
 
 from django.db.models import Sum
-
 from prometheus_client import generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -23,8 +22,8 @@ from dispatch import forecast
 from dispatch.activity_figures import attempt_figures
 from dispatch.models import ShardLease, WorkerStat
 from runs import retention, stats
-from scheduler_project.dbclock import db_now
-from scheduler_project.dbreplication import replication_status
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.dbreplication import replication_status
 
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 BATCH_BUCKETS = ("1", "10", "25", "50", "100", "250", "500", "1000", "+Inf")
@@ -116,7 +115,7 @@ class SchedulerCollector:
         yield from self.forecast_metrics()
 
     def replication_metrics(self):
-        """Whether commits wait for a standby (scheduler_project.dbreplication); nothing on SQLite."""
+        """Whether commits wait for a standby (scheduler_project.foundation.dbreplication); nothing on SQLite."""
         rep = replication_status()
         if rep is None:
             return

@@ -6,6 +6,8 @@ All live in the database so that any number of copies on any number of machines 
 without talking to each other, and so that every web process reports the same figures."""
 
 import uuid
+from importlib import metadata
+from pathlib import Path
 
 from django.db import models
 from django.db.models import Q
@@ -48,9 +50,6 @@ _VERSION: str | None = None
 
 
 def _read_version() -> str:
-    from importlib import metadata
-    from pathlib import Path
-
     try:
         version = metadata.version("durable-scheduler")
     except metadata.PackageNotFoundError:

@@ -30,7 +30,7 @@ from django.db.models import F
 
 from dispatch.models import Notification, NotificationChannel
 from dispatch.relay import Outcome, Pending, Relay, backoff_seconds
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.notifications")
 

@@ -48,15 +48,16 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Case, DateTimeField, F, PositiveIntegerField, TextField, Value, When
 
 from dispatch import signing
-from dispatch.safehttp import SafeClient, client_from_settings
+from dispatch.safehttp import HttpOutcome, SafeClient, client_from_settings
 from runs.models import OutboxEvent
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.relay")
 
@@ -185,10 +186,19 @@ def claim_events(limit: int, *, visibility_seconds: float, skip_tenants=()) -> t
     return events, more
 
 
+class Delivery(StrEnum):
+    """What became of one event in a delivery pass."""
+
+    PUBLISHED = "published"
+    FAILED = "failed"
+    DEFERRED = "deferred"  # the target's circuit is open, or an earlier event of its run failed
+    UNSENT = "unsent"  # the pass ran out of time before sending it
+
+
 @dataclass
 class Outcome:
     pending: Pending
-    status: str  # published | failed | deferred | unsent
+    status: Delivery
     delay: float = 0.0  # failed, deferred: seconds until the next try
     error: str = ""
 
@@ -202,12 +212,12 @@ def record(outcomes: list[Outcome]) -> None:
         return
     with transaction.atomic():
         now = db_now()
-        published = [o.pending.id for o in outcomes if o.status == "published"]
+        published = [o.pending.id for o in outcomes if o.status == Delivery.PUBLISHED]
         if published:
             OutboxEvent.objects.filter(id__in=published, published_at__isnull=True).update(
                 published_at=now, next_attempt_at=None, last_error=""
             )
-        rest = [o for o in outcomes if o.status != "published"]
+        rest = [o for o in outcomes if o.status != Delivery.PUBLISHED]
         if not rest:
             return
         when = Case(
@@ -215,12 +225,12 @@ def record(outcomes: list[Outcome]) -> None:
             output_field=DateTimeField(),
         )
         error = Case(
-            *[When(id=o.pending.id, then=Value(o.error[:2000])) for o in rest if o.status == "failed"],
+            *[When(id=o.pending.id, then=Value(o.error[:2000])) for o in rest if o.status == Delivery.FAILED],
             default=F("last_error"),
             output_field=TextField(),
         )
         # Deferred and unsent events were not tried: give back the attempt the claim counted.
-        untried = [o.pending.id for o in rest if o.status != "failed"]
+        untried = [o.pending.id for o in rest if o.status != Delivery.FAILED]
         attempts = (
             Case(When(id__in=untried, then=F("publish_attempts") - 1), default=F("publish_attempts"),
                  output_field=PositiveIntegerField())
@@ -374,19 +384,19 @@ class Relay:
             failures, closed_at = self.circuits.get(ev.tenant_id, (0, 0.0))
             now = time.monotonic()
             if closed_at > now:
-                results.extend(Outcome(e, "deferred", closed_at - now) for e in evs[i:])
+                results.extend(Outcome(e, Delivery.DEFERRED, closed_at - now) for e in evs[i:])
                 return results
             if now > stop_sending:
-                results.extend(Outcome(e, "unsent") for e in evs[i:])
+                results.extend(Outcome(e, Delivery.UNSENT) for e in evs[i:])
                 return results
             async with self._gate:
                 out = await self.send(ev)
             results.append(out)
-            if out.status == "published":
+            if out.status == Delivery.PUBLISHED:
                 self.circuits.pop(ev.tenant_id, None)
                 continue
             self.circuits[ev.tenant_id] = (failures + 1, time.monotonic() + out.delay)
-            results.extend(Outcome(e, "deferred", out.delay) for e in evs[i + 1:])
+            results.extend(Outcome(e, Delivery.DEFERRED, out.delay) for e in evs[i + 1:])
             return results
         return results
 
@@ -402,15 +412,15 @@ class Relay:
             # address policy (public addresses and operator networks only) still applies.
             allowed_prefixes=[ev.url],
         )
-        if res.outcome == "succeeded":
-            return Outcome(ev, "published")
+        if res.outcome == HttpOutcome.SUCCEEDED:
+            return Outcome(ev, Delivery.PUBLISHED)
         failures = max(ev.publish_attempts, self.circuits.get(ev.tenant_id, (0, 0.0))[0] + 1)
         delay = backoff_seconds(failures, self.max_backoff)
         if res.retry_after:
             delay = max(delay, min(res.retry_after, self.max_backoff))
         error = res.error or f"HTTP {res.status}"
         log.warning("webhook for tenant %s failed (%s); event %s retried in %.0fs", ev.tenant_id, error, ev.event_id, delay)
-        return Outcome(ev, "failed", delay, f"{res.error_class or 'HTTPStatus'}: {error}")
+        return Outcome(ev, Delivery.FAILED, delay, f"{res.error_class or 'HTTPStatus'}: {error}")
 
     def close(self) -> None:
         """Let deliveries in flight end for a moment and record them; the rest are cancelled and

@@ -36,17 +36,23 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Union
 
 from dispatch import http1
 
 # The allowlist lives with the tenants it belongs to; the API checks it at create time with the
 # same code the workers use at call time.
-from schedules.targets import TargetRefused, _parse_url, _parsed_url_allowed, url_allowed  # noqa: F401
-
 # The header rule too: the API refuses a schedule's header with it, and every header of every call
 # is checked with it again here, so a row stored before the rule was tightened is never sent.
-from schedules.targets import MAX_HEADER_VALUE, header_problem
+from schedules.targets import (  # noqa: F401
+    MAX_HEADER_VALUE,
+    TargetRefused,
+    _parse_url,
+    _parsed_url_allowed,
+    header_problem,
+    url_allowed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +82,18 @@ _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1:
 _RETRYABLE_4XX = frozenset({408, 429})
 
 
+class HttpOutcome(StrEnum):
+    """A call's outcome as the attempt records it (runs.models.AttemptOutcome has the same values;
+    this module loads without Django's models, for the benchmarks)."""
+
+    SUCCEEDED = "succeeded"  # a 2xx answer
+    FAILED = "failed"
+
+
 @dataclass(slots=True)
 class HttpResult:
     status: int | None
-    outcome: str  # 'succeeded' (2xx) | 'failed'
+    outcome: HttpOutcome
     retryable: bool
     retry_after: float | None
     error_class: str | None
@@ -256,7 +270,7 @@ def _failure(error_class: str, error: str, started: float, *, retryable: bool, r
              sent: bool = False) -> HttpResult:
     return HttpResult(
         status=None,
-        outcome="failed",
+        outcome=HttpOutcome.FAILED,
         retryable=retryable,
         retry_after=None,
         error_class=error_class,
@@ -483,11 +497,11 @@ class SafeClient:
         latency_ms = int((time.perf_counter() - started) * 1000)
         status = answer.status
         if 200 <= status < 300:
-            return HttpResult(status, "succeeded", False, None, None, None, answer.excerpt, latency_ms, answer.remote)
+            return HttpResult(status, HttpOutcome.SUCCEEDED, False, None, None, None, answer.excerpt, latency_ms, answer.remote)
         retryable = status >= 500 or status in _RETRYABLE_4XX
         return HttpResult(
             status,
-            "failed",
+            HttpOutcome.FAILED,
             retryable,
             parse_retry_after(answer.retry_after) if answer.retry_after else None,
             "HTTPStatus",
@@ -503,6 +517,8 @@ class SafeClient:
 
 def client_from_settings(**overrides: Any) -> SafeClient:
     """A SafeClient configured from Django settings; keyword arguments override them."""
+    # Read when called, not at import: this module loads without Django's configuration (the
+    # benchmarks, the tests that hand it settings of their own).
     from django.conf import settings
 
     kwargs: dict[str, Any] = {

@@ -12,7 +12,7 @@ from django.db.models import Min, Q
 
 from dispatch.models import ShardLease
 from runs.queue import due_schedules
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 SHARD_LEASE_SECONDS = 15
 EPOCH_LEASE = "1970-01-01T00:00:00Z"

@@ -5,11 +5,12 @@ at most one poll interval)."""
 import logging
 import threading
 
+import psycopg
 from django.db import connection
 
-log = logging.getLogger("scheduler.wakeup")
+from scheduler_project.foundation.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL  # noqa: F401  (the channels)
 
-from scheduler_project.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL  # noqa: F401  (the channels)
+log = logging.getLogger("scheduler.wakeup")
 
 
 class Listener:
@@ -33,8 +34,6 @@ class Listener:
         self.stopped.set()
 
     def _run(self) -> None:
-        import psycopg
-
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)

@@ -24,15 +24,16 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from dispatch import signing, tracing
-from dispatch.safehttp import SafeClient, client_from_settings
 from dispatch.loops import failure_backoff
 from dispatch.metrics import BATCH_BUCKETS
 from dispatch.models import WorkerStat
+from dispatch.safehttp import SafeClient, client_from_settings
 from dispatch.wakeup import RUNS_CHANNEL, Listener
-from scheduler_project.dbclock import db_now
 from runs import queue, tracecontext
 from runs.decisions import Holding
+from runs.models import AttemptOutcome
 from runs.queue import Claimed, Result
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Tenant
 
 log = logging.getLogger("scheduler.worker")
@@ -227,11 +228,11 @@ class Worker:
             allowed_prefixes=auth.prefixes,
         )
         outcome = res.outcome
-        if outcome == "failed" and res.status is None and res.sent:
+        if outcome == AttemptOutcome.FAILED and res.status is None and res.sent:
             # No answer after the request went out (time limit, disconnect): the target may have
             # acted, so the outcome is unknown (retried like a failure, shown as unknown). A
             # refused connection or a name that did not resolve never reached it.
-            outcome = "unknown"
+            outcome = AttemptOutcome.UNKNOWN
         if traced:
             tracing.call(c.run_text, c.attempt_id, start_ns=start_ns, end_ns=time.time_ns(), method=target.method,
                          url=target.url, outcome=outcome, http_status=res.status, generation=c.generation,

@@ -2,7 +2,7 @@
 
 Everything here is pure: given what was read (a schedule and its version, a claimed run, a call's
 result), it decides the next state, the backoff, which occurrences run or are skipped and why, and
-the outbox event to write. `runs.queue`, `runs.services` and `runs.schedule_changes` call these and
+the outbox event to write. `runs.queue` and `runs.actions` call these and
 hand the outcome to the storage seam (`runs.store`), whose engine modules only apply it.
 
 The fencing rule, stated once: a result, heartbeat or release applies to a run only while the run

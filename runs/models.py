@@ -2,7 +2,7 @@
 
 State rules live in the database as check constraints. Every transition is decided once in
 `runs.decisions` and applied by one entry point (`runs.queue` for the loops' batches,
-`runs.services` for manual changes, `runs.schedule_changes` for schedule changes that touch runs)
+`runs.actions` for every change a person or client asks for)
 through the storage seam `runs.store`, and writes its outbox event in the same transaction.
 
 On PostgreSQL the four history tables are partitioned by time (migration 0007, `runs.partitions`,
@@ -26,8 +26,8 @@ from datetime import timedelta
 from django.db import models
 from django.db.models import F, Q
 
-from schedules.models import Schedule, ScheduleVersion, Tenant
 from runs import tracecontext
+from schedules.models import Schedule, ScheduleVersion, Tenant
 
 
 class RunState(models.TextChoices):

@@ -31,8 +31,10 @@ Only one maintenance process does DDL at a time (a PostgreSQL advisory lock).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 
 from django.db import connection, transaction
 
@@ -41,11 +43,27 @@ from runs.history_settings import get as setting
 log = logging.getLogger("scheduler.partitions")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class Group(StrEnum):
+    """The history tables are removed by group: a run's rows go together, events on their own."""
+
+    RUNS = "runs"
+    OUTBOX = "outbox"
+
+
+class Role(StrEnum):
+    """What a partition holds (stored as runs_historypartition.role)."""
+
+    KEPT = "kept"  # MINVALUE up: the rows that outlived their partitions
+    LIVE = "live"  # one width of time
+    FUTURE = "future"  # the catch-all up to MAXVALUE
+
 # The tables of each group, in the order their locks are taken (the scanner's insert takes
 # occurrences before runs; claims take runs before attempts).
 GROUPS = {
-    "runs": ("runs_occurrence", "runs_run", "runs_attempt"),
-    "outbox": ("runs_outboxevent",),
+    Group.RUNS: ("runs_occurrence", "runs_run", "runs_attempt"),
+    Group.OUTBOX: ("runs_outboxevent",),
 }
 KEY = {"runs_occurrence": "scheduled_time", "runs_run": "scheduled_time", "runs_attempt": "scheduled_time",
        "runs_outboxevent": "created_at"}
@@ -111,12 +129,12 @@ class Part:
     sealed: bool = False
 
     @property
-    def role(self) -> str:
+    def role(self) -> Role:
         if self.lower is None:
-            return "kept"
+            return Role.KEPT
         if self.upper is None:
-            return "future"
-        return "live"
+            return Role.FUTURE
+        return Role.LIVE
 
 
 _LAYOUT_SQL = """
@@ -282,7 +300,7 @@ def ensure_ahead(now: datetime, *, until: datetime | None = None) -> EnsureResul
     out = EnsureResult()
     for group, tables in GROUPS.items():
         parts = {t: layout(t) for t in tables}
-        future = {t: next((p for p in parts[t] if p.role == "future"), None) for t in tables}
+        future = {t: next((p for p in parts[t] if p.role == Role.FUTURE), None) for t in tables}
         if any(f is None for f in future.values()):
             raise RuntimeError(f"the {group} tables have no catch-all partition; was migration runs.0007 applied?")
         start = min(f.lower for f in future.values())
@@ -359,7 +377,7 @@ def covered_until() -> datetime | None:
     """The end of the newest regular partition common to every table (partitions exist up to here)."""
     ends = []
     for table in KEY:
-        fut = next((p for p in layout(table) if p.role == "future"), None)
+        fut = next((p for p in layout(table) if p.role == Role.FUTURE), None)
         if fut is None:
             return None
         ends.append(fut.lower)
@@ -382,7 +400,7 @@ def seal_quiet_partitions(now: datetime) -> list[str]:
     parts = sync_catalog("runs_run")
     current = align(now)
     for p in parts:
-        if p.sealed or p.role == "future" or (p.upper is not None and p.upper > current):
+        if p.sealed or p.role == Role.FUTURE or (p.upper is not None and p.upper > current):
             continue
         try:
             with transaction.atomic(), connection.cursor() as cur:
@@ -442,8 +460,8 @@ class SwapResult:
 
 def _kept_and_oldest(table: str) -> tuple[Part, Part | None]:
     parts = layout(table)
-    kept = next(p for p in parts if p.role == "kept")
-    live = [p for p in parts if p.role == "live"]
+    kept = next(p for p in parts if p.role == Role.KEPT)
+    live = [p for p in parts if p.role == Role.LIVE]
     return kept, (live[0] if live else None)
 
 
@@ -500,11 +518,9 @@ def swap(plan: SwapPlan, *, now: datetime, export=None, record=None) -> SwapResu
        This part costs what changed during staging, not what is removed. `record` writes the
        removal's audit entry in the same transaction.
     """
-    import time
-
     group, tables = plan.group, GROUPS[plan.group]
     res = SwapResult(group)
-    runs_table = "runs_run" if group == "runs" else "runs_outboxevent"
+    runs_table = "runs_run" if group == Group.RUNS else "runs_outboxevent"
     kept, oldest = {}, {}
     for t in tables:
         kept[t], oldest[t] = _kept_and_oldest(t)
@@ -526,7 +542,7 @@ def swap(plan: SwapPlan, *, now: datetime, export=None, record=None) -> SwapResu
         ids = "history_swap_ids"
         _exec(cur, f"DROP TABLE IF EXISTS {ids}")
         _exec(cur, f"CREATE UNLOGGED TABLE {ids} (id uuid PRIMARY KEY, live boolean NOT NULL)"
-                   if group == "runs" else
+                   if group == Group.RUNS else
                    f"CREATE UNLOGGED TABLE {ids} (id bigint PRIMARY KEY, live boolean NOT NULL)")
         for src in sources[runs_table]:
             _exec(cur, f"INSERT INTO {ids} (id, live) SELECT id, bool_or(live) FROM "
@@ -606,7 +622,7 @@ def _copy_survivors(cur, group, sources, stage, cols, ids, only=None):
     """Copy the rows of the runs (events) listed in `ids` (or only those also in `only`) and, for
     runs, their attempts and occurrences, from both sources into the staged tables."""
     pick = f"SELECT id FROM {ids}" + (f" WHERE id IN (SELECT id FROM {only})" if only else "")
-    if group == "outbox":
+    if group == Group.OUTBOX:
         for src in sources["runs_outboxevent"]:
             _exec(cur, f"INSERT INTO {q(stage['runs_outboxevent'])} ({cols['runs_outboxevent']}) "
                        f"SELECT {cols['runs_outboxevent']} FROM {q(src)} WHERE id IN ({pick})")
@@ -627,7 +643,7 @@ def _copy_survivors(cur, group, sources, stage, cols, ids, only=None):
 
 
 def _uncopy(cur, group, stage, changed):
-    if group == "outbox":
+    if group == Group.OUTBOX:
         _exec(cur, f"DELETE FROM {q(stage['runs_outboxevent'])} WHERE id IN (SELECT id FROM {changed})")
         return
     _exec(cur, f"DELETE FROM {q(stage['runs_attempt'])} WHERE run_id IN (SELECT id FROM {changed})")

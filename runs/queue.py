@@ -9,9 +9,8 @@
 - `skip_unclaimed_misfires`  reconciler: misfire policy for runs no worker claimed in time
 
 Each opens its transaction, reads through the store, asks `runs.decisions` what to do, and has the
-store apply it (`runs.store`: one class per database engine, chosen once). Single-run manual
-transitions (retry, cancel) are in `runs.services`; schedule changes that touch runs in
-`runs.schedule_changes`.
+store apply it (`runs.store`: one class per database engine, chosen once). Every change a person
+or client asks for (retry, cancel, pause, edit, ...) is in `runs.actions`.
 """
 
 import itertools
@@ -40,8 +39,8 @@ from runs.decisions import (  # noqa: F401  (the queue's vocabulary, re-exported
 )
 from runs.models import TERMINAL_STATES, EventKind, Reason, RunKind, RunState
 from runs.store import store
-from scheduler_project.dbclock import db_now
-from scheduler_project.notify import RUNS_CHANNEL, notify
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.notify import RUNS_CHANNEL, notify
 from schedules import timeexpr
 from schedules.models import OverlapPolicy, ScheduleStatus
 from schedules.occurrences import ONE_US  # noqa: F401

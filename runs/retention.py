@@ -35,18 +35,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core import serializers
 from django.db import connection, transaction
 
+from runs import partitions
 from runs.history_settings import get as setting
-from runs.models import MAX_RETENTION_DAYS, HistoryPartition, HistoryRemoval, RetentionPolicy
+from runs.models import MAX_RETENTION_DAYS, Attempt, HistoryPartition, HistoryRemoval, Occurrence, RetentionPolicy, Run
+from runs.partitions import Group, Role, q
 from runs.store import store
-from schedules.models import Tenant
+from scheduler_project.foundation.dbclock import db_now
+from schedules.models import AuditAction, Tenant
 from schedules.services import Actor, audit
 
 log = logging.getLogger("scheduler.retention")
 
 ACTOR = Actor("system:maintain")
-AUDIT_ACTION = "history.remove"
+AUDIT_ACTION = AuditAction.HISTORY_REMOVE
 
 
 # --- the policy -------------------------------------------------------------------------------------
@@ -86,7 +90,7 @@ def set_policy(tenant: Tenant, *, finished_days: int | None, dead_days: int | No
     else:
         p, _ = RetentionPolicy.objects.update_or_create(
             tenant=tenant, defaults={"finished_days": finished_days, "dead_days": dead_days, "updated_by": by.name})
-    audit("tenant.retention", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, before=before,
+    audit(AuditAction.TENANT_RETENTION, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, before=before,
           after={"finished_days": finished_days, "dead_days": dead_days})
     return p
 
@@ -156,19 +160,17 @@ def due_partitions(now: datetime, p: Policy | None = None, *, kept_every: timede
     what has expired in it, at most once per `kept_every` (default: one partition width) since it
     was made. (The kept partition holds the few rows that outlived their partitions; rewriting it
     costs what stays in it.)"""
-    from runs import partitions
-
     p = p or policy()
     kept_every = partitions.width() if kept_every is None else kept_every
     out = {}
-    for group, main, keep in (("runs", "runs_run", p.finished), ("outbox", "runs_outboxevent", p.outbox)):
+    for group, main, keep in ((Group.RUNS, "runs_run", p.finished), (Group.OUTBOX, "runs_outboxevent", p.outbox)):
         layout = partitions.layout(main)
-        live = [x for x in layout if x.role == "live"]
+        live = [x for x in layout if x.role == Role.LIVE]
         # The partition holding now (and those ahead) never goes, whatever the retention says.
         if live and live[0].upper <= now - keep and live[0].upper <= partitions.align(now):
             out[group] = live[0]
             continue
-        kept = next((x for x in layout if x.role == "kept"), None)
+        kept = next((x for x in layout if x.role == Role.KEPT), None)
         made = HistoryPartition.objects.filter(name=kept.name).values_list("created_at", flat=True).first() if kept else None
         if kept and (made is None or made <= now - kept_every) and _kept_has_expired(group, kept.name, p, now):
             out[group] = kept
@@ -178,17 +180,14 @@ def due_partitions(now: datetime, p: Policy | None = None, *, kept_every: timede
 def _kept_has_expired(group: str, kept: str, p: Policy, now: datetime) -> bool:
     """Whether the kept partition holds a row that would not survive (a count of the kept
     partition, which holds only what outlived its partition, against its survivors)."""
-    from runs.partitions import q
-
     with connection.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {q(kept)}")
         total = cur.fetchone()[0]
-    return bool(total) and count_survivors(group, [kept], _run_params(p, now) if group == "runs" else {}) < total
+    return bool(total) and count_survivors(group, [kept], _run_params(p, now) if group == Group.RUNS else {}) < total
 
 
 def count_survivors(group: str, sources, params: dict) -> int:
-    sql = _RUN_SURVIVORS if group == "runs" else _EVENT_SURVIVORS
-    from runs.partitions import q
+    sql = _RUN_SURVIVORS if group == Group.RUNS else _EVENT_SURVIVORS
 
     with connection.cursor() as cur:
         total = 0
@@ -202,8 +201,6 @@ def run_pass(*, now: datetime | None = None, export_dir: str | None = None, max_
              dry_run: bool = False, kept_every: timedelta | None = None) -> PassResult:
     """One retention pass: at most `max_swaps` partition removals (PostgreSQL) and at most one batch
     per tenant trimmed; `more` says whether to come straight back."""
-    from scheduler_project.dbclock import db_now
-
     now = now or db_now()
     p = policy()
     export_dir = export_dir if export_dir is not None else (setting("SCHEDULER_RETENTION_EXPORT_DIR") or None)
@@ -221,15 +218,13 @@ def run_pass(*, now: datetime | None = None, export_dir: str | None = None, max_
 
 
 def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
-    from runs import partitions
-
     for group, part in due_partitions(now, p, kept_every=kept_every).items():
         if len(res.swaps) >= max_swaps:
             res.more = True
             break
-        params = _run_params(p, now) if group == "runs" else {}
-        main = "runs_run" if group == "runs" else "runs_outboxevent"
-        kept = next(x for x in partitions.layout(main) if x.role == "kept")
+        params = _run_params(p, now) if group == Group.RUNS else {}
+        main = "runs_run" if group == Group.RUNS else "runs_outboxevent"
+        kept = next(x for x in partitions.layout(main) if x.role == Role.KEPT)
         survivors = count_survivors(group, {kept.name, part.name}, params)
         limit = setting("SCHEDULER_RETENTION_MAX_SURVIVORS")
         if survivors > limit:
@@ -242,8 +237,8 @@ def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
             continue
         plan = partitions.SwapPlan(
             group=group, upper=part.upper,
-            survivors=_RUN_SURVIVORS if group == "runs" else _EVENT_SURVIVORS,
-            changed=_RUN_CHANGED if group == "runs" else _EVENT_CHANGED,
+            survivors=_RUN_SURVIVORS if group == Group.RUNS else _EVENT_SURVIVORS,
+            changed=_RUN_CHANGED if group == Group.RUNS else _EVENT_CHANGED,
             params=params,
         )
         exporter = (lambda g, sources, stage: export_swap(export_dir, g, sources, stage, now)) if export_dir else None
@@ -266,7 +261,7 @@ def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
         res.swaps.append(done)
         log.info("retention: removed %s (history before %s); kept %s; lock held %.0f ms",
                  part.name, part.upper.isoformat(), done.kept, done.lock_ms)
-        res.more = part.role != "kept"  # another partition may be due
+        res.more = part.role != Role.KEPT  # another partition may be due
 
 
 def _trim(res, now, p, tenant_ids, export_dir):
@@ -310,8 +305,6 @@ def export_swap(export_dir: str, group: str, sources: dict, stage: dict, now: da
     """Write every row a swap is about to remove (in a source partition, not staged to stay) as JSON
     Lines, one gzip file per source partition; returns the files written. Reads with a server-side
     cursor, so memory stays flat however large the partition."""
-    from runs.partitions import q
-
     files = []
     for table, srcs in sources.items():
         for src in srcs:
@@ -332,10 +325,6 @@ def export_swap(export_dir: str, group: str, sources: dict, stage: dict, now: da
 
 def export_runs(export_dir: str, run_ids, now: datetime) -> None:
     """Append these runs, their attempts and occurrences to the pass's export files (batch removal)."""
-    from django.core import serializers
-
-    from runs.models import Attempt, Occurrence, Run
-
     stamp = f"{now:%Y%m%dT%H%M%S}"
     runs = list(Run.objects.filter(id__in=run_ids))
     for model, rows in ((Run, runs), (Attempt, Attempt.objects.filter(run_id__in=run_ids)),
@@ -390,8 +379,6 @@ def status(*, tenant_ids=None, now: datetime | None = None) -> RetentionStatus:
     few dozen rows), one LIMIT-bounded count per catch-all partition, pg_total_relation_size per
     partition, the newest removal (history_removal_at_idx), and the
     retention policies of the tenants asked about."""
-    from scheduler_project.dbclock import db_now
-
     now = now or db_now()
     p = policy()
     st = RetentionStatus(
@@ -411,7 +398,7 @@ def status(*, tenant_ids=None, now: datetime | None = None) -> RetentionStatus:
     if st.partitioned:
         layout = store().history_layout()
         st.partitions = {t: len(parts) for t, parts in layout.items()}
-        live = [x for x in layout.get("runs_run", []) if x.role == "live"]
+        live = [x for x in layout.get("runs_run", []) if x.role == Role.LIVE]
         if live:
             st.history_from = live[0].lower
             st.next_removal_at = live[0].upper + p.finished

@@ -24,12 +24,21 @@ from enum import StrEnum
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from runs import schedule_changes
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict, PayloadTooLarge, ServiceError, ValidationFailed
-from schedules.models import Schedule, ScheduleStatus, Tenant
-from schedules.services import (VERSIONED_DEFAULTS, Actor, audit, default_timeout_seconds, jsonable, quota_refusals,
-                                validate_fields, version_fields)
+from runs import actions
+from runs.store import store
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import Conflict, PayloadTooLarge, ServiceError, ValidationFailed
+from schedules.models import AuditAction, Schedule, ScheduleStatus, Tenant
+from schedules.services import (
+    VERSIONED_DEFAULTS,
+    Actor,
+    audit,
+    default_timeout_seconds,
+    jsonable,
+    quota_refusals,
+    validate_fields,
+    version_fields,
+)
 
 # The API's name of each versioned field, for the plan's diffs.
 FIELD_NAMES = {
@@ -213,7 +222,7 @@ def plan_set(tenant: Tenant, declared: list, *, prune: bool, now: datetime) -> P
             existing, action = target, Action.ADOPT
         if existing is None:
             try:
-                schedule_changes.check_fires(rule, desired, now=now)
+                actions.check_fires(rule, desired, now=now)
             except ValidationFailed as exc:
                 for field_name, messages in exc.errors.items():
                     for message in messages:
@@ -251,16 +260,16 @@ def _carry_out(tenant: Tenant, plan: Plan, *, by: Actor, now: datetime) -> None:
     # Archives first: they free quota places the creates may need.
     for step in plan.steps:
         if step.action == Action.ARCHIVE:
-            schedule_changes.archive_schedule(step.schedule, by=by)
+            actions.archive_schedule(step.schedule, by=by)
     for step in plan.steps:
         if step.action not in (Action.EDIT, Action.ADOPT):
             continue
         if step.action == Action.ADOPT:
-            Schedule.objects.filter(id=step.schedule_id).update(managed_name=step.name)
+            store().set_managed_name(step.schedule_id, step.name)
         real = {k: step.desired[k] for k in VERSIONED_DEFAULTS if FIELD_NAMES[k] in step.changes}
         try:
-            edited = schedule_changes.edit_schedule(step.schedule, expected_version=step.schedule.version,
-                                                    changes=real, enabled=step.enabled, by=by)
+            edited = actions.edit_schedule(step.schedule, expected_version=step.schedule.version,
+                                           changes=real, enabled=step.enabled, by=by)
         except ValidationFailed as exc:  # e.g. the sub-minute quota, which an edit checks itself
             errors = _Errors()
             for field_name, messages in exc.errors.items():
@@ -268,15 +277,15 @@ def _carry_out(tenant: Tenant, plan: Plan, *, by: Actor, now: datetime) -> None:
             errors.raise_any()
         step.version = edited.version
     creates = [s for s in plan.steps if s.action == Action.CREATE]
-    for start in range(0, len(creates), schedule_changes.MAX_BATCH):
-        chunk = creates[start:start + schedule_changes.MAX_BATCH]
+    for start in range(0, len(creates), actions.MAX_BATCH):
+        chunk = creates[start:start + actions.MAX_BATCH]
         items = []
         for step in chunk:
             given = {k: step.desired[k] for k in VERSIONED_DEFAULTS}
             given["enabled"] = True if step.enabled is None else step.enabled
             given["managed_name"] = step.name
             items.append(given)
-        made = schedule_changes.create_schedules(tenant, items, by=by, now=now)
+        made = actions.create_schedules(tenant, items, by=by, now=now)
         for step, outcome in zip(chunk, made):
             if isinstance(outcome, ServiceError):
                 errors = _Errors()
@@ -297,7 +306,7 @@ def apply_set(tenant: Tenant, declared: list, *, prune: bool = False, dry_run: b
             if dry_run or not plan.changed:
                 return plan
             _carry_out(tenant, plan, by=by, now=now)
-            audit("schedule.apply", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+            audit(AuditAction.SCHEDULE_APPLY, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
                   after={"prune": prune, "summary": plan.counts(),
                          "changes": [s.as_json() for s in plan.steps if s.action != Action.UNCHANGED]})
             plan.applied = True

@@ -29,12 +29,24 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
-from django.db.models import BooleanField, Case, Count, DurationField, ExpressionWrapper, F, IntegerField, Max, Min, Q, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    Max,
+    Min,
+    Q,
+    When,
+)
 from django.db.models.functions import Mod
 
 from runs.models import Attempt, OutboxEvent, RecentStateCount, Run, RunKind, RunState, attempts_with_their_runs
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Tenant
 
 log = logging.getLogger("scheduler.stats")

@@ -19,11 +19,11 @@ read waits for the kernel's TCP retransmission limit, about 15 minutes.
 
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-# Django's PostgreSQL backend with a health check that costs no round trip (scheduler_project/postgresql).
+# Django's PostgreSQL backend with a health check that costs no round trip (scheduler_project/foundation/postgresql).
 POSTGRES_ENGINES = {
-    "postgres": "scheduler_project.postgresql",
-    "postgresql": "scheduler_project.postgresql",
-    "pgsql": "scheduler_project.postgresql",
+    "postgres": "scheduler_project.foundation.postgresql",
+    "postgresql": "scheduler_project.foundation.postgresql",
+    "pgsql": "scheduler_project.foundation.postgresql",
     "postgis": "django.contrib.gis.db.backends.postgis",
 }
 

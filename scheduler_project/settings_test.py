@@ -2,8 +2,8 @@
 
 PostgreSQL on the local machine unless DATABASE_URL says otherwise; with
 SCHEDULER_TEST_DATABASE=sqlite, the embedded SQLite database the quickstart uses (a file in a
-temporary folder, so that the worker's threads and subprocesses share it), for the part of the
-suite marked `portable` (tests/README.md says which and why).
+temporary folder, so that the worker's threads and subprocesses share it), for every test not
+marked `postgresql_only` or `faults` (tests/README.md says which and why).
 """
 
 import os

@@ -3,15 +3,15 @@ from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from scheduler_project.web.health import metrics_view
-from scheduler_project.web.api import runs as runs_api
 from scheduler_project.web import health
 from scheduler_project.web.api import apply as apply_api
 from scheduler_project.web.api import batch as batch_api
 from scheduler_project.web.api import forecast as forecast_api
 from scheduler_project.web.api import owners as owners_api
+from scheduler_project.web.api import runs as runs_api
 from scheduler_project.web.api import schedules as schedules_api
 from scheduler_project.web.api.root import api_root
+from scheduler_project.web.health import metrics_view
 
 api_v1 = [
     path("", api_root, name="api-root"),

@@ -9,10 +9,13 @@ import hashlib
 import secrets
 import uuid
 import zlib
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES, DstRepeated, DstSkipped
 
 # Schedules are spread over this many stable buckets; `scan --shards N` takes buckets with
 # `bucket % N == I`. A fixed bucket count keeps the hash stable when N changes.
@@ -288,8 +291,8 @@ class ScheduleVersion(models.Model):
     max_attempts = models.PositiveIntegerField(default=5)
     backoff_base_seconds = models.FloatField(default=1.0)
     backoff_max_seconds = models.FloatField(default=300.0)
-    dst_skipped = models.CharField(max_length=16, default="next_valid")
-    dst_repeated = models.CharField(max_length=16, default="earlier")
+    dst_skipped = models.CharField(max_length=16, default=DstSkipped.NEXT_VALID.value)
+    dst_repeated = models.CharField(max_length=16, default=DstRepeated.EARLIER.value)
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -316,14 +319,14 @@ class ScheduleVersion(models.Model):
             models.UniqueConstraint(fields=["schedule", "version"], name="schedule_version_unique"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="schedule_version_max_attempts_positive"),
             models.CheckConstraint(
-                condition=Q(misfire_policy__in=["skip", "run_once", "catch_up"]), name="schedule_version_misfire_valid"
+                condition=Q(misfire_policy__in=MisfirePolicy.values), name="schedule_version_misfire_valid"
             ),
             models.CheckConstraint(
-                condition=Q(overlap_policy__in=["allow", "skip", "buffer_one"]), name="schedule_version_overlap_valid"
+                condition=Q(overlap_policy__in=OverlapPolicy.values), name="schedule_version_overlap_valid"
             ),
             models.CheckConstraint(
-                condition=Q(dst_skipped__in=["next_valid", "shift", "skip"])
-                & Q(dst_repeated__in=["earlier", "later", "both"]),
+                condition=Q(dst_skipped__in=list(SKIPPED_CHOICES))
+                & Q(dst_repeated__in=list(REPEATED_CHOICES)),
                 name="schedule_version_dst_valid",
             ),
             models.CheckConstraint(
@@ -339,6 +342,48 @@ class ScheduleVersion(models.Model):
 
     def __str__(self):
         return f"{self.schedule_id} v{self.version}"
+
+
+class AuditAction(StrEnum):
+    """What an audit entry records (AuditEntry.action). A tenant's field changes are recorded as
+    `tenant.set_<field>` (tenant_set)."""
+
+    APIKEY_CREATE = "apikey.create"
+    APIKEY_REVOKE = "apikey.revoke"
+    HISTORY_REMOVE = "history.remove"
+    INCIDENT_ACKNOWLEDGE = "incident.acknowledge"
+    INCIDENT_OPEN = "incident.open"
+    INCIDENT_RESOLVE = "incident.resolve"
+    INCIDENT_RULE_SET = "incident_rule.set"
+    OWNER_CREATE = "owner.create"
+    OWNER_EDIT = "owner.edit"
+    OWNER_TEST_NOTIFICATION = "owner.test_notification"
+    RUN_CANCEL = "run.cancel"
+    RUN_RETRY = "run.retry"
+    SCHEDULE_APPLY = "schedule.apply"
+    SCHEDULE_ARCHIVE = "schedule.archive"
+    SCHEDULE_BACKFILL = "schedule.backfill"
+    SCHEDULE_BULK_SPREAD = "schedule.bulk_spread"
+    SCHEDULE_CREATE = "schedule.create"
+    SCHEDULE_EDIT = "schedule.edit"
+    SCHEDULE_OWNER = "schedule.owner"
+    SCHEDULE_PAUSE = "schedule.pause"
+    SCHEDULE_RESUME = "schedule.resume"
+    SCHEDULE_TRIGGER = "schedule.trigger"
+    TENANT_ADD_MEMBER = "tenant.add_member"
+    TENANT_ALLOW_TARGET = "tenant.allow_target"
+    TENANT_CREATE = "tenant.create"
+    TENANT_DEFAULT_OWNER = "tenant.default_owner"
+    TENANT_REMOVE_MEMBER = "tenant.remove_member"
+    TENANT_REMOVE_TARGET = "tenant.remove_target"
+    TENANT_RETENTION = "tenant.retention"
+    TENANT_ROTATE_SECRET = "tenant.rotate_secret"
+    TENANT_SET_MEMBER_ROLE = "tenant.set_member_role"
+
+
+def tenant_set(field_name: str) -> str:
+    """The action recording a change of one tenant field (schedules.tenants.update_tenant)."""
+    return f"tenant.set_{field_name}"
 
 
 class AuditEntry(models.Model):
@@ -364,27 +409,6 @@ class AuditEntry(models.Model):
         return f"{self.action} of {self.object_type} {self.object_id} by {self.actor}"
 
 
-class IdempotencyRecord(models.Model):
-    """The first response to a request made with an Idempotency-Key, replayed on a retry."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    scope = models.CharField(max_length=200)  # e.g. "schedules.create", "schedules.trigger:<id>"
-    key = models.CharField(max_length=200)
-    request_hash = models.CharField(max_length=64)
-    status_code = models.PositiveSmallIntegerField()
-    response = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "scope", "key"], name="idempotency_unique_key"),
-        ]
-        indexes = [
-            # The reconciler's pruning of expired keys (schedules.idempotency.prune_expired).
-            models.Index(fields=["created_at"], name="idempotency_created_idx"),
-        ]
-
-
 class TenantScheduleCount(models.Model):
     """How many of a tenant's schedules are not archived, and how many of those have a sub-minute
     rule: what its quotas count (schedules.services), read in one small query however many
@@ -406,41 +430,4 @@ class TenantScheduleCount(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "slot"], name="tenant_schedule_count_slot_unique"),
-        ]
-
-
-class ApiRateCounter(models.Model):
-    """Requests made with one API key in one minute (fixed window), shared by every web worker.
-
-    One row per key per minute, upserted by `schedules.ratelimit`; a key's older rows are deleted
-    when its next window opens, so the table holds about one row per active key. The table is
-    UNLOGGED on PostgreSQL (migration 0002): losing counts in a crash only forgives a minute."""
-
-    id = models.BigAutoField(primary_key=True)
-    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="+")
-    window_start = models.DateTimeField()
-    count = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["key", "window_start"], name="api_rate_counter_key_window_unique"),
-        ]
-
-
-class LoginThrottle(models.Model):
-    """Failed sign-ins to the portal and the admin, counted in a fixed window per (username,
-    address) and per address, shared by every web process (scheduler_project.web.loginthrottle).
-    `key` is a SHA-256 of what is counted, so no username (often a mistyped password) is stored;
-    rows are deleted once `expires_at` has passed."""
-
-    key = models.CharField(max_length=64, unique=True)
-    failures = models.PositiveIntegerField(default=0)
-    window_start = models.DateTimeField()
-    locked_until = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [
-            # The pruning of expired rows on each counted failure.
-            models.Index(fields=["expires_at"], name="login_throttle_expires_idx"),
         ]

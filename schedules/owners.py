@@ -1,17 +1,17 @@
 """A tenant's owners (teams or contacts that own schedules and hear about their incidents): the
 one entry point for creating and editing them and for choosing the tenant's default owner. A
-schedule's own owner changes through runs.schedule_changes (create and edit), which uses
+schedule's own owner changes through runs.actions (create and edit), which uses
 `owner_for` to resolve a slug inside the tenant."""
 
 import re
 from urllib.parse import urlsplit
 
-from django.core.validators import validate_email
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
-from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
-from schedules.models import Owner, Tenant, WebhookFormat
+from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed
+from schedules.models import AuditAction, Owner, Tenant, WebhookFormat
 from schedules.services import Actor, audit
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -93,7 +93,7 @@ def create_owner(tenant: Tenant, fields: dict, *, by: Actor, default: bool = Fal
             owner.save(force_insert=True)
     except IntegrityError:
         raise Conflict(f"an owner {clean['slug']!r} already exists") from None
-    audit("owner.create", by=by, obj_type="owner", obj_id=owner.id, tenant=tenant, after=owner_json(owner))
+    audit(AuditAction.OWNER_CREATE, by=by, obj_type="owner", obj_id=owner.id, tenant=tenant, after=owner_json(owner))
     if default:
         set_default_owner(tenant, owner, by=by)
     return owner
@@ -112,7 +112,7 @@ def edit_owner(owner: Owner, fields: dict, *, by: Actor) -> Owner:
     except IntegrityError:
         raise Conflict(f"an owner {clean.get('slug')!r} already exists") from None
     if owner_json(owner) != before:
-        audit("owner.edit", by=by, obj_type="owner", obj_id=owner.id, tenant_id=owner.tenant_id, before=before,
+        audit(AuditAction.OWNER_EDIT, by=by, obj_type="owner", obj_id=owner.id, tenant_id=owner.tenant_id, before=before,
               after=owner_json(owner))
     return owner
 
@@ -124,6 +124,6 @@ def set_default_owner(tenant: Tenant, owner: Owner | None, *, by: Actor) -> Tena
     before = tenant.default_owner.slug if tenant.default_owner_id else None
     Tenant.objects.filter(id=tenant.id).update(default_owner=owner)
     tenant.default_owner = owner
-    audit("tenant.default_owner", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+    audit(AuditAction.TENANT_DEFAULT_OWNER, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
           before={"owner": before}, after={"owner": owner.slug if owner else None})
     return tenant

@@ -1,7 +1,7 @@
-"""The schedule-row helpers every schedule change uses: validating a schedule's meaning, writing
-an immutable version, the audit log. The changes themselves (create, edit, pause, resume,
-archive, trigger, backfill) are in `runs.schedule_changes`, which says which module owns what;
-this module knows nothing of runs.
+"""The schedule helpers every schedule change uses: validating a schedule's meaning and its quotas,
+the fields of a version, the audit log. The changes themselves (create, edit, pause, resume,
+archive, trigger, backfill) are in `runs.actions`, which says which module owns what; this module
+knows nothing of runs.
 """
 
 import json
@@ -13,11 +13,12 @@ from itertools import islice
 from django.conf import settings
 from django.db.models import Sum
 
-from scheduler_project.errors import PayloadTooLarge, ValidationFailed
+from scheduler_project.foundation.errors import PayloadTooLarge, ValidationFailed
 from schedules import timeexpr
-from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, TenantScheduleCount
+from schedules.models import AuditEntry, Schedule, ScheduleVersion, Tenant, TenantScheduleCount
 from schedules.spread import spread_offset, spread_problem
 from schedules.targets import target_header_problems, url_allowed, url_shape_problem
+from schedules.timeexpr.types import DstRepeated, DstSkipped
 
 # The versioned fields, in API order, with their defaults; a change to any of them makes a new
 # version (docs/time-semantics.md, "Editing").
@@ -37,8 +38,8 @@ VERSIONED_DEFAULTS = {
     "max_attempts": 5,
     "backoff_base_seconds": 1.0,
     "backoff_max_seconds": 300.0,
-    "dst_skipped": "next_valid",
-    "dst_repeated": "earlier",
+    "dst_skipped": DstSkipped.NEXT_VALID.value,
+    "dst_repeated": DstRepeated.EARLIER.value,
     "start_at": None,
     "end_at": None,
     "spread_seconds": None,  # the tenant's default_spread_seconds for a new schedule
@@ -361,13 +362,6 @@ def first_run_at(rule, fields: dict, *, after: datetime):
     return occ.at
 
 
-def new_version(schedule: Schedule, number: int, fields: dict, by: Actor, changes: dict) -> ScheduleVersion:
-    return ScheduleVersion.objects.create(
-        schedule=schedule, version=number, created_by=by.name, changes=changes,
-        **with_spread_offset(fields, schedule.id)
-    )
-
-
 def version_fields(version: ScheduleVersion) -> dict:
     return {name: getattr(version, name) for name in VERSIONED_DEFAULTS}
 
@@ -393,41 +387,3 @@ def audit(action: str, **entry) -> None:
 
 def jsonable(fields: dict) -> dict:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
-
-
-def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: datetime) -> ScheduleVersion:
-    """Append version N+1 with `changed` applied to the current fields; the caller holds the
-    schedule row lock and has checked expectedVersion."""
-    before = version_fields(schedule.current)
-    fields = {**before, **changed}
-    rule = validate_fields(schedule.tenant, fields, now=now, schedule=schedule)
-    diff = {k: [jsonable({k: before[k]})[k], jsonable({k: fields[k]})[k]] for k in changed if before[k] != fields[k]}
-    version = new_version(schedule, schedule.version + 1, fields, by, changes=diff)
-    schedule.version = version.version
-    schedule.current = version
-    schedule.name = fields["name"]
-    schedule.anchor_at = anchor_for(fields, schedule.created_at)
-    # The rule may have changed its anchor (startAt): recompute the rule against it.
-    rule = rule_for(version, schedule.anchor_at)
-    # The new version starts from the moment of the edit: its first occurrence is the first
-    # instant after now (and at or after startAt), never one the old version already covered.
-    # A paused schedule gets its next instant when it is resumed.
-    schedule.next_run_at = first_run_at(rule, fields, after=now) if schedule.enabled else None
-    if schedule.enabled and schedule.status != ScheduleStatus.ARCHIVED:
-        if schedule.next_run_at is None:
-            # e.g. endAt moved into the past, or an at() edited to a past time: nothing will fire.
-            if schedule.status != ScheduleStatus.COMPLETED:
-                schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
-        else:
-            schedule.status, schedule.completed_at = ScheduleStatus.ACTIVE, None
-    schedule.save()
-    audit(
-        "schedule.edit",
-        by=by,
-        obj_type="schedule",
-        obj_id=schedule.id,
-        tenant=schedule.tenant,
-        before=jsonable(before),
-        after=jsonable(fields),
-    )
-    return version

@@ -9,15 +9,26 @@ import unicodedata
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_project.errors import Conflict, ServiceError, ValidationFailed
-from scheduler_project.usernames import normalized_username
-from schedules.models import (ApiKey, MemberRole, TargetPrefix, Tenant, TenantMembership, hash_api_key,
-                              new_signing_secret)
+from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed
+from scheduler_project.foundation.usernames import normalized_username
+from schedules.models import (
+    ApiKey,
+    AuditAction,
+    MemberRole,
+    TargetPrefix,
+    Tenant,
+    TenantMembership,
+    hash_api_key,
+    new_signing_secret,
+    tenant_set,
+)
 from schedules.services import SYSTEM, Actor, audit
 from schedules.spread import MAX_SPREAD_SECONDS
+from schedules.targets import url_allowed
 
 KEY_PREFIX = "sk_"
 MAX_LABEL = 200
@@ -81,13 +92,11 @@ def create_tenant(slug: str, *, name: str = "", allow_targets=(), by: Actor = SY
     for prefix in allow_targets:
         add_target_prefix(tenant, prefix, by=by)
     if created:
-        audit("tenant.create", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, after={"slug": slug})
+        audit(AuditAction.TENANT_CREATE, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant, after={"slug": slug})
     return tenant
 
 
 def _clean_url(raw, *, field: str, what: str = "URL") -> str:
-    from schedules.targets import url_allowed
-
     url = _clean_text(raw, field=field, max_length=MAX_URL)
     if url and not url_allowed(url, [url]):
         raise ValidationFailed({field: [f"{url[:200]!r} is not an absolute http(s) {what} without user info"]})
@@ -115,13 +124,13 @@ def add_target_prefix(tenant: Tenant, prefix: str, *, by: Actor, max_concurrency
         tenant=tenant, prefix=prefix, defaults={"max_concurrency": limit}
     )
     if created:
-        audit("tenant.allow_target", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+        audit(AuditAction.TENANT_ALLOW_TARGET, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
               after={"prefix": prefix, "max_concurrency": limit})
     return target
 
 
 def remove_target_prefix(target: TargetPrefix, *, by: Actor) -> None:
-    audit("tenant.remove_target", by=by, obj_type="tenant", obj_id=target.tenant_id, tenant_id=target.tenant_id,
+    audit(AuditAction.TENANT_REMOVE_TARGET, by=by, obj_type="tenant", obj_id=target.tenant_id, tenant_id=target.tenant_id,
           before={"prefix": target.prefix})
     target.delete()
 
@@ -143,7 +152,7 @@ def create_api_key(tenant: Tenant, *, label: str = "", by: Actor = SYSTEM) -> tu
     key = ApiKey.objects.create(
         tenant=tenant, label=label, prefix=raw[:11], key_hash=hash_api_key(raw), created_by=by.name
     )
-    audit("apikey.create", by=by, obj_type="apikey", obj_id=key.id, tenant=tenant,
+    audit(AuditAction.APIKEY_CREATE, by=by, obj_type="apikey", obj_id=key.id, tenant=tenant,
           after={"prefix": key.prefix, "label": label})
     return key, raw
 
@@ -174,7 +183,7 @@ def revoke_api_key(key: ApiKey, *, by: Actor) -> ApiKey:
     if not updated:
         raise Conflict("this key is already revoked")
     key.refresh_from_db()
-    audit("apikey.revoke", by=by, obj_type="apikey", obj_id=key.id, tenant_id=key.tenant_id, after={"prefix": key.prefix})
+    audit(AuditAction.APIKEY_REVOKE, by=by, obj_type="apikey", obj_id=key.id, tenant_id=key.tenant_id, after={"prefix": key.prefix})
     return key
 
 
@@ -232,7 +241,7 @@ def update_tenant_settings(tenant: Tenant, *, notification_url=UNCHANGED, max_in
         setattr(tenant, k, v)
     tenant.save(update_fields=list(changed))
     for k in changed:
-        audit(f"tenant.set_{k}", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+        audit(tenant_set(k), by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
               before={k: before[k]}, after={k: changed[k]})
     return tenant
 
@@ -256,7 +265,7 @@ def rotate_signing_secret(tenant: Tenant, *, by: Actor) -> Tenant:
     old = tenant.signing_secret
     tenant.signing_secret = new_signing_secret()
     tenant.save(update_fields=["signing_secret"])
-    audit("tenant.rotate_secret", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+    audit(AuditAction.TENANT_ROTATE_SECRET, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
           before={"secretFingerprint": secret_fingerprint(old)},
           after={"secretFingerprint": secret_fingerprint(tenant.signing_secret)})
     return tenant
@@ -286,8 +295,6 @@ def _keep_an_admin(membership: TenantMembership) -> None:
 @transaction.atomic
 def add_member(tenant: Tenant, username: str, *, role: str, by: Actor) -> TenantMembership:
     """Give an existing portal account a role in the tenant (or change the role it has)."""
-    from django.contrib.auth import get_user_model
-
     role = _clean_role(role)
     # Folded as the sign-in form folds it, so the name found is the account that signs in with it.
     username = normalized_username(_clean_text(username, field="Username", max_length=150))
@@ -298,7 +305,7 @@ def add_member(tenant: Tenant, username: str, *, role: str, by: Actor) -> Tenant
     if not created and membership.role != role:
         return set_member_role(membership, role, by=by)
     if created:
-        audit("tenant.add_member", by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
+        audit(AuditAction.TENANT_ADD_MEMBER, by=by, obj_type="tenant", obj_id=tenant.id, tenant=tenant,
               after={"user": username, "role": role})
     return membership
 
@@ -313,7 +320,7 @@ def set_member_role(membership: TenantMembership, role: str, *, by: Actor) -> Te
     before = membership.role
     membership.role = role
     membership.save(update_fields=["role"])
-    audit("tenant.set_member_role", by=by, obj_type="tenant", obj_id=membership.tenant_id,
+    audit(AuditAction.TENANT_SET_MEMBER_ROLE, by=by, obj_type="tenant", obj_id=membership.tenant_id,
           tenant_id=membership.tenant_id, before={"user": membership.user.get_username(), "role": before},
           after={"user": membership.user.get_username(), "role": role})
     return membership
@@ -322,6 +329,6 @@ def set_member_role(membership: TenantMembership, role: str, *, by: Actor) -> Te
 @transaction.atomic
 def remove_member(membership: TenantMembership, *, by: Actor) -> None:
     _keep_an_admin(membership)
-    audit("tenant.remove_member", by=by, obj_type="tenant", obj_id=membership.tenant_id,
+    audit(AuditAction.TENANT_REMOVE_MEMBER, by=by, obj_type="tenant", obj_id=membership.tenant_id,
           tenant_id=membership.tenant_id, before={"user": membership.user.get_username(), "role": membership.role})
     membership.delete()

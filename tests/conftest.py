@@ -15,7 +15,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 
-
 class Target:
     """A target on 127.0.0.1 that records every delivery and answers what the test says."""
 

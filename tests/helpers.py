@@ -4,10 +4,10 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import connection
 
+from runs.actions import create_schedule
 from runs.models import Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from runs.schedule_changes import create_schedule
 from schedules.services import Actor
 
 ACTOR = Actor("user:tests")

@@ -9,7 +9,7 @@ from scheduler_project.database_url import DEFAULT_OPTIONS, parse_database_url
 
 def test_it_keeps_a_host_list_and_one_port_per_host():
     entry = parse_database_url("postgres://sched:s3cret@db-a:5433,db-b:5434/scheduler?target_session_attrs=read-write")
-    assert entry["ENGINE"] == "scheduler_project.postgresql"
+    assert entry["ENGINE"] == "scheduler_project.foundation.postgresql"
     assert (entry["NAME"], entry["USER"], entry["PASSWORD"]) == ("scheduler", "sched", "s3cret")
     assert entry["HOST"] == "db-a,db-b"
     assert entry["PORT"] == "5433,5434"

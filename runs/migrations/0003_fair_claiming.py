@@ -4,7 +4,7 @@ is built concurrently."""
 
 from django.db import migrations, models
 
-from scheduler_project.migration_ops import AddIndexConcurrently
+from scheduler_project.foundation.migration_ops import AddIndexConcurrently
 
 
 class Migration(migrations.Migration):

@@ -15,14 +15,14 @@ to now plus the look-ahead; older rows go to the kept partition, which the first
 rewrites with only what must stay; a catch-all above.
 """
 
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import django.db.models.deletion
-import uuid
-
-import runs.models
 from django.conf import settings
 from django.db import migrations, models
+
+import runs.models
 
 TABLES = ("runs_occurrence", "runs_run", "runs_attempt", "runs_outboxevent")
 OLD = "_pre0007"

@@ -9,10 +9,12 @@ One class per engine with the same methods and the same return shapes:
   heartbeat, complete, events) each rewritten as one round trip.
 
 Which one applies is chosen once, from the configured database engine, the first time `store()`
-is called; the contract suite (tests/contract/) runs the same tests against both.
+is called; the contract suite (tests/core/test_store_contract.py) runs the same tests against both.
+The writes of the changes people and clients ask for (retry, cancel, pause, ...) are one class,
+`runs.store.requested.RequestedChanges`, composed into both.
 
-Every statement runs in the caller's transaction; the caller (`runs.queue`, `runs.services`,
-`runs.schedule_changes`) opens it and decides what to write.
+Every statement runs in the caller's transaction; the caller (`runs.queue` for the loops,
+`runs.actions` for the changes people and clients ask for) opens it and decides what to write.
 """
 
 from functools import cache

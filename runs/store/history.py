@@ -13,6 +13,7 @@ from datetime import datetime
 
 from django.db import connection
 
+from runs import partitions
 from runs.models import TERMINAL_STATES, Attempt, Occurrence, Run, RunState
 
 
@@ -78,34 +79,22 @@ class PostgresHistory(PortableHistory):
     partitioned = True
 
     def ensure_partitions(self, now: datetime):
-        from runs import partitions
-
         return partitions.ensure_ahead(now)
 
     def seal_partitions(self, now: datetime) -> list:
-        from runs import partitions
-
         return partitions.seal_quiet_partitions(now)
 
     def history_layout(self) -> dict:
-        from runs import partitions
-
         return {t: partitions.layout(t) for t in partitions.KEY}
 
     def unpartitioned_rows(self) -> dict:
-        from runs import partitions
-
         return partitions.unpartitioned_rows()
 
     def covered_until(self):
-        from runs import partitions
-
         return partitions.covered_until()
 
     def table_bytes(self) -> dict:
         """Bytes on disk per history table (all partitions, with indexes and TOAST)."""
-        from runs import partitions
-
         out = {}
         with connection.cursor() as cur:
             for t in partitions.KEY:

@@ -12,10 +12,34 @@ import json
 from datetime import datetime, timedelta
 
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, CharField, Count, DateTimeField, F, IntegerField, Min, Q, TextField, Value, When
-from django.db.models.functions import Mod
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    DateTimeField,
+    F,
+    IntegerField,
+    Min,
+    Q,
+    TextField,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Mod, RowNumber
 
-from runs.decisions import BUFFERED_UNTIL, LEASE_EXPIRED, Claimed, Decided, Event, VersionPolicy, completion_kind, event, iso
+from runs import decisions
+from runs.decisions import (
+    BUFFERED_UNTIL,
+    LEASE_EXPIRED,
+    Claimed,
+    Decided,
+    Event,
+    VersionPolicy,
+    completion_kind,
+    event,
+    iso,
+)
 from runs.models import (
     TERMINAL_STATES,
     Attempt,
@@ -30,8 +54,10 @@ from runs.models import (
     RunState,
 )
 from runs.store.history import PortableHistory
-from scheduler_project.dbclock import db_now
+from runs.store.requested import RequestedChanges
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import MisfirePolicy, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
+from schedules.targets import target_host
 
 
 def _owned(keys, worker_id=None):
@@ -53,7 +79,7 @@ def _keep_recent_count(key: str, taken_at: datetime, counts: dict) -> None:
             update_conflicts=True, unique_fields=["key"], update_fields=["taken_at", "counts"])
 
 
-class PortableStore(PortableHistory):
+class PortableStore(RequestedChanges, PortableHistory):
     # --- new rows in bulk (schedule creation) ----------------------------------------------------
 
     def insert_new(self, model, objs: list, *, need_ids: bool = False) -> None:
@@ -234,8 +260,6 @@ class PortableStore(PortableHistory):
 
     def caps(self) -> tuple[dict, dict]:
         """Per-tenant in-flight caps and per-(tenant, target host) budgets."""
-        from schedules.targets import target_host
-
         tenant_caps = dict(Tenant.objects.filter(max_in_flight__isnull=False).values_list("id", "max_in_flight"))
         host_caps: dict = {}
         for tenant_id, prefix, cap in TargetPrefix.objects.filter(max_concurrency__isnull=False).values_list(
@@ -250,8 +274,6 @@ class PortableStore(PortableHistory):
         with a fair share, taken round-robin, and no tenant or target host beyond its room under
         the default shares of the claiming worker's slots (`holding`, a decisions.Holding): the
         same choice PostgresStore makes in one statement."""
-        from runs import decisions
-
         now = db_now()
         due = [t for t in self.due_tenants(now, max_tenants=10_000) if holding.tenant_room(t) > 0]
         tenants = decisions.rotate(due, shift)[:limit]
@@ -478,9 +500,6 @@ class PortableStore(PortableHistory):
         locks what this picks in a separate step. "Eligible longer ago than its version's grace"
         is one range per distinct grace value (there are few): interval arithmetic on a column is
         not portable."""
-        from django.db.models import Window
-        from django.db.models.functions import RowNumber
-
         unclaimed = self._unclaimed(now)
         graces = set(unclaimed.values_list("version__misfire_grace_seconds", flat=True).distinct()[:1000])
         missed = Q()

@@ -24,7 +24,7 @@ from runs.models import TERMINAL_STATES, EventKind, RunState
 from runs.partitions import LIVE_FLOOR_SQL
 from runs.store.history import PostgresHistory
 from runs.store.portable import PortableStore, _keep_recent_count
-from scheduler_project.postgresql.prepared import prepared_cursor
+from scheduler_project.foundation.postgresql.prepared import prepared_cursor
 
 READY, LEASED = RunState.READY.value, RunState.LEASED.value
 TERMINAL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
@@ -35,7 +35,7 @@ def _cursor():
     """A server-side-binding cursor on Django's connection (same transaction): the query and its
     array parameters travel separately, so Python does not compose a literal query text per batch.
     Statements are never prepared (`prepare=False` at each execute): a plan cached while a queue
-    table was nearly empty is the trap described in shared/notes/performance.md."""
+    table was nearly empty would be kept after the table filled."""
     connection.ensure_connection()
     cur = psycopg.Cursor(connection.connection)
     try:

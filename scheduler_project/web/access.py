@@ -22,6 +22,7 @@ change answers 403.
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import render
@@ -220,8 +221,6 @@ ROLES = {
 
 
 def role(name: str):
-    from django.contrib.auth.models import Group, Permission
-
     group, _ = Group.objects.get_or_create(name=name)
     group.permissions.add(*Permission.objects.filter(content_type__app_label="schedules",
                                                      content_type__model="tenant", codename__in=ROLES[name]))

@@ -1,13 +1,13 @@
 """Login throttling for the portal's and the admin's sign-in forms.
 
-Failed sign-ins are counted in the database (schedules.models.LoginThrottle), so every gunicorn
+Failed sign-ins are counted in the database (scheduler_project.web.models.LoginThrottle), so every gunicorn
 worker on every machine shares one count: per username and client address, and per address
 alone (several times higher, against one address trying many usernames). Past the limit within
 the window, that pair (or address) is locked out for a while: its sign-in POSTs are answered 429
 with a message saying when to try again, and the password is not even checked, so guessing on
 during the lockout learns nothing. A successful sign-in clears its pair's count, not its
 address's (one valid account must not reset an address that is guessing others). Usernames are
-counted in their folded form (scheduler_project.usernames), so a look-alike spelling that signs
+counted in their folded form (scheduler_project.foundation.usernames), so a look-alike spelling that signs
 in to the same account is locked with it.
 
 A small middleware rather than django-axes: two counters and a message are all this needs, and
@@ -26,10 +26,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.shortcuts import render
 
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.usernames import canonical_username
 from scheduler_project.web.clientaddr import client_address
-from scheduler_project.usernames import canonical_username
-from schedules.models import LoginThrottle
+from scheduler_project.web.models import LoginThrottle
 
 LOGIN_PATHS = frozenset({"/accounts/login/", "/admin/login/"})
 # The address alone may fail this many times the per-username limit.

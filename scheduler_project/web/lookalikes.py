@@ -1,5 +1,5 @@
 """No account whose name reads as another's: `ｖｉｃｔｉｍ`, `Victim` and `victim` are one name
-to a reader and, folded, to the sign-in throttle (scheduler_project.usernames). The admin's user
+to a reader and, folded, to the sign-in throttle (scheduler_project.foundation.usernames). The admin's user
 forms refuse such a name with a message; this check refuses it for every other way of saving an
 account too (createsuperuser, scripts, the ORM)."""
 
@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models.signals import pre_save
 
-from scheduler_project.usernames import look_alike_of
+from scheduler_project.foundation.usernames import look_alike_of
 
 
 def look_alike_error(name: str, *, pk=None) -> str | None:

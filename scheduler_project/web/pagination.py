@@ -28,7 +28,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q
 
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200

@@ -2,7 +2,7 @@
 
 import uuid
 
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 
 
 def parse_uuid(raw, *, field: str | None = None) -> uuid.UUID | None:

@@ -17,7 +17,7 @@ import yaml
 from rest_framework import exceptions
 
 from runs.schedule_apply import Declared, max_set_size
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.api.schedule_serializers import to_fields, validate_schedule
 
 SET_FIELDS = ("adopt",)

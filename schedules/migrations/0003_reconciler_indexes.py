@@ -8,7 +8,7 @@ schedules and API writes are never blocked while they build:
 
 from django.db import migrations, models
 
-from scheduler_project.migration_ops import AddIndexConcurrently
+from scheduler_project.foundation.migration_ops import AddIndexConcurrently
 
 
 class Migration(migrations.Migration):

@@ -4,6 +4,7 @@ is built in one pass over the table."""
 
 from django.db import migrations, models
 
+
 class Migration(migrations.Migration):
 
     dependencies = [

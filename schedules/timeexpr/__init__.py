@@ -1,7 +1,6 @@
 """Time-expression engine: cron, RRULE, at() and rate() rules in an IANA zone.
 
-Pure: no database, no Django models. The contract is /work/shared/spec/time.md; the user-facing
-explanation is docs/time-semantics.md.
+Pure: no database, no Django models. What it promises users, and why, is docs/time-semantics.md.
 
 Errors and budgets. Every refusal is an ``ExpressionError`` whose ``field`` names the API field
 at fault; nothing else escapes ``parse``, ``preview`` or ``Rule.next_after`` for well-formed
@@ -22,8 +21,15 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from .budget import (NEXT_AFTER_UNITS, PREVIEW_UNITS, PROBE_UNITS, VALIDATION_CPU_SECONDS, VALIDATION_UNITS,
-                     TooExpensive, metered)
+from .budget import (
+    NEXT_AFTER_UNITS,
+    PREVIEW_UNITS,
+    PROBE_UNITS,
+    VALIDATION_CPU_SECONDS,
+    VALIDATION_UNITS,
+    TooExpensive,
+    metered,
+)
 from .parsing import parse
 from .rules import Rule
 from .types import DstPolicy, ExpressionError, Occurrence

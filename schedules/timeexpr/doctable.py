@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from . import DstPolicy, parse, tzdata_version
+from .types import REPEATED_CHOICES, SKIPPED_CHOICES
 
 UTC = timezone.utc
 BEGIN = "<!-- BEGIN GENERATED TABLES -->"
@@ -81,8 +82,8 @@ def render_tables() -> str:
     out.append("")
     out.append("| skipped / repeated | 2026-03-08 02:30 (does not exist) | 2026-11-01 01:30 (happens twice) |")
     out.append("| --- | --- | --- |")
-    for skipped in ("next_valid", "shift", "skip"):
-        for repeated in ("earlier", "later", "both"):
+    for skipped in SKIPPED_CHOICES:
+        for repeated in REPEATED_CHOICES:
             pol = DstPolicy(skipped, repeated)
             spring = parse("30 2 * * *", "America/New_York", anchor=ANCHOR, dst_policy=pol).between(
                 _utc("2026-03-08T05:00"), _utc("2026-03-09T05:00"), 5)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from .budget import PROBE_UNITS, VALIDATION_CPU_SECONDS, VALIDATION_UNITS, metered
 from .cron import CronWalls, cron_text, is_fixed_time
 from .days import shared
+from .rrule import parse_rrule
 from .rules import AtRule, RateRule, Rule, WallRule
 from .types import DstPolicy, ExpressionError, Occurrence
 from .zones import MAX_INSTANT, RANGE_TEXT, in_range, resolve_fixed, validate_time_zone
@@ -56,8 +57,6 @@ def _parse(text: str, zone, policy: DstPolicy, anchor: datetime) -> Rule:
     if low.startswith("at("):
         return _parse_at(text, zone, policy)
     if low.startswith("rrule") or low.startswith("dtstart"):
-        from .rrule import parse_rrule
-
         rule = parse_rrule(text, zone, policy, anchor)
     else:
         ctext = cron_text(text)

@@ -33,8 +33,20 @@ from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from .budget import charge
-from .days import (ALL_DAYS, CYCLE_YEARS, KEYS, MAX_ORDINAL, MAX_YEAR, DaySearch, WeekdayDays, jan1,
-                   layout, shared, weekday, year_of)
+from .days import (
+    ALL_DAYS,
+    CYCLE_YEARS,
+    KEYS,
+    MAX_ORDINAL,
+    MAX_YEAR,
+    DaySearch,
+    WeekdayDays,
+    jan1,
+    layout,
+    shared,
+    weekday,
+    year_of,
+)
 from .rules import WallRule
 from .types import DstPolicy, ExpressionError
 
@@ -709,7 +721,7 @@ class RRuleWalls:
 
     def _first_slot_time(self, o: int, th: int) -> int | None:
         """First time of day >= th (seconds) on day o that the sub-daily rule holds."""
-        unit, n, U = self.unit, self.n, self.U
+        unit, U = self.unit, self.U
         r = self._day_residue(o)
         x = th // unit
         offs = self.offsets

@@ -15,8 +15,17 @@ from zoneinfo import ZoneInfo
 
 from .budget import NEXT_AFTER_CPU_SECONDS, NEXT_AFTER_UNITS, charge, metered
 from .types import DstPolicy, ExpressionError, Occurrence
-from .zones import (MAX_INSTANT, MIN_INSTANT, RANGE_TEXT, first_change, fmt_wall, jump_margin, offset_at,
-                    repeated_note, resolve_fixed)
+from .zones import (
+    MAX_INSTANT,
+    MIN_INSTANT,
+    RANGE_TEXT,
+    first_change,
+    fmt_wall,
+    jump_margin,
+    offset_at,
+    repeated_note,
+    resolve_fixed,
+)
 
 UTC = timezone.utc
 

@@ -4,9 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
-SKIPPED_CHOICES = ("next_valid", "shift", "skip")
-REPEATED_CHOICES = ("earlier", "later", "both")
+
+class DstSkipped(StrEnum):
+    """What a fixed-time rule does with a wall time a DST transition skips."""
+
+    NEXT_VALID = "next_valid"  # the first valid time after the gap
+    SHIFT = "shift"  # the same offset from before the gap
+    SKIP = "skip"  # not at all that day
+
+
+class DstRepeated(StrEnum):
+    """What a fixed-time rule does with a wall time a DST transition repeats."""
+
+    EARLIER = "earlier"
+    LATER = "later"
+    BOTH = "both"
+
+
+SKIPPED_CHOICES = tuple(p.value for p in DstSkipped)
+REPEATED_CHOICES = tuple(p.value for p in DstRepeated)
 
 
 class ExpressionError(ValueError):
@@ -25,8 +43,8 @@ class ExpressionError(ValueError):
 class DstPolicy:
     """How fixed-time rules treat wall times that a DST transition skips or repeats."""
 
-    skipped: str = "next_valid"
-    repeated: str = "earlier"
+    skipped: str = DstSkipped.NEXT_VALID
+    repeated: str = DstRepeated.EARLIER
 
     def __post_init__(self):
         if self.skipped not in SKIPPED_CHOICES:
@@ -59,7 +77,7 @@ class DstPolicy:
         for key in ("skipped", "repeated"):
             if key in d and not isinstance(d[key], str):
                 raise ExpressionError(f"dstPolicy.{key} must be a string", "dstPolicy")
-        return cls(skipped=d.get("skipped", "next_valid"), repeated=d.get("repeated", "earlier"))
+        return cls(skipped=d.get("skipped", DstSkipped.NEXT_VALID), repeated=d.get("repeated", DstRepeated.EARLIER))
 
     def to_dict(self) -> dict:
         return {"skipped": self.skipped, "repeated": self.repeated}

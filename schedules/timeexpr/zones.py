@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import tzdata
 
-from .types import DstPolicy, ExpressionError, Occurrence
+from .types import DstPolicy, DstRepeated, DstSkipped, ExpressionError, Occurrence
 
 UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -256,7 +256,7 @@ def _resolve_fixed(zone: ZoneInfo, w: datetime, policy: DstPolicy) -> list[Occur
             ]
         trans = first_change(zone, (w - ob).replace(tzinfo=UTC), (w - oa).replace(tzinfo=UTC), oa)
         local = trans.astimezone(zone)
-        if policy.skipped == "skip":
+        if policy.skipped == DstSkipped.SKIP:
             return [
                 _occ(zone, trans.replace(tzinfo=None), wall,
                      f"dropped: {_hm(w)} does not exist on {w.date()} (dstPolicy skipped=skip)",
@@ -268,9 +268,9 @@ def _resolve_fixed(zone: ZoneInfo, w: datetime, policy: DstPolicy) -> list[Occur
                  "the first valid time after the gap")
         ]
     first, second = w - oa, w - ob
-    if policy.repeated == "earlier":
+    if policy.repeated == DstRepeated.EARLIER:
         return [_occ(zone, first, wall, f"repeated: {_hm(w)} occurs twice on {w.date()}; fired at the earlier")]
-    if policy.repeated == "later":
+    if policy.repeated == DstRepeated.LATER:
         return [_occ(zone, second, wall, f"repeated: {_hm(w)} occurs twice on {w.date()}; fired at the later")]
     return [
         _occ(zone, first, wall, f"repeated: {_hm(w)} occurs twice on {w.date()}; fired at both, this is the earlier"),

@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import pytest
 
-from runs import schedule_changes
+from runs import actions
 from runs.models import Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_schedule
 
 
@@ -40,7 +40,7 @@ def other_schedule(other_tenant, target):
 
 
 def manual_run(schedule) -> Run:
-    return schedule_changes.trigger_schedule(schedule, by=ACTOR)
+    return actions.trigger_schedule(schedule, by=ACTOR)
 
 
 @pytest.fixture
@@ -56,6 +56,6 @@ def other_run(other_schedule):
 def hourly_runs(schedule, hours: int) -> int:
     """Past hourly runs by backfill: `hours` distinct scheduled times, all ready."""
     now = db_now().replace(minute=0, second=0, microsecond=0)
-    return schedule_changes.backfill_schedule(
+    return actions.backfill_schedule(
         schedule, start=now - timedelta(hours=hours), end=now, by=ACTOR
     )

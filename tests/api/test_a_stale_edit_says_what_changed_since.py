@@ -2,7 +2,7 @@
 field by field, what differs between the version the client expected and the current one, so the
 client re-applies its change on purpose instead of overwriting a colleague's."""
 
-from runs.schedule_changes import edit_schedule
+from runs.actions import edit_schedule
 from tests.helpers import ACTOR, utc
 
 

@@ -5,8 +5,8 @@ from datetime import timedelta
 
 import pytest
 
-from runs import services
-from scheduler_project.dbclock import db_now
+from runs import actions
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import ApiKey, AuditEntry
 from tests.api.conftest import schedule_body
 from tests.helpers import ACTOR
@@ -72,7 +72,7 @@ def test_reads_and_refused_requests_leave_no_entries(api, schedule):
 
 
 def test_the_audit_endpoint_lists_the_tenants_entries_newest_first(api, schedule, run):
-    services.cancel_run(run, by=ACTOR)
+    actions.cancel_run(run, by=ACTOR)
     api.post(f"/api/v1/runs/{run.id}/retry")
     page = api.get("/api/v1/audit", {"limit": 2}).json()
     first, second = page["results"]

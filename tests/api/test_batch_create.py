@@ -8,10 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import schedule_changes
-from runs.schedule_changes import MAX_BATCH
+from runs import actions
+from runs.actions import MAX_BATCH
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import AuditEntry, Schedule, ScheduleVersion
 from tests.api.conftest import schedule_body
 from tests.helpers import ACTOR
@@ -209,7 +209,7 @@ def test_concurrent_batches_cannot_together_go_past_the_quota(tenant, target, se
         try:
             items = [{"name": f"{tag}{i}", "expression": "0 * * * *", "time_zone": "UTC",
                       "target_url": target.url + "/hook"} for i in range(190)]
-            results.append(schedule_changes.create_schedules(tenant, items, by=ACTOR, now=db_now()))
+            results.append(actions.create_schedules(tenant, items, by=ACTOR, now=db_now()))
         finally:
             connection.close()
 
@@ -271,7 +271,7 @@ def test_a_batch_is_one_transaction_a_failed_insert_leaves_nothing(api, tenant, 
 
     monkeypatch.setattr(type(store()), "insert_new", insert_new)
     with pytest.raises(RuntimeError):
-        schedule_changes.create_schedules(tenant, [{"expression": "0 * * * *", "time_zone": "UTC",
+        actions.create_schedules(tenant, [{"expression": "0 * * * *", "time_zone": "UTC",
                                                     "target_url": target.url + "/hook"}] * 3, by=ACTOR, now=db_now())
     assert not Schedule.objects.filter(tenant=tenant).exists() and not ScheduleVersion.objects.exists()
 

@@ -4,8 +4,8 @@ only as far as trusted proxies wrote it."""
 import pytest
 from django.test import RequestFactory
 
-from schedules.models import AuditEntry
 from scheduler_project.web.clientaddr import client_address
+from schedules.models import AuditEntry
 from tests.api.conftest import schedule_body
 
 PROXY = {"REMOTE_ADDR": "10.0.0.5"}

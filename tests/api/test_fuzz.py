@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, settings
 from schemathesis import DataGenerationMethod
 from schemathesis.checks import ALL_CHECKS
 
-from runs import schedule_changes
-from schedules.tenants import create_api_key
+from runs import actions
 from scheduler_project.wsgi import application
+from schedules.tenants import create_api_key
 from tests.helpers import ACTOR, make_schedule
 
 if not hasattr(_conjecture_utils.many, "more"):
@@ -60,7 +60,7 @@ def world(db, same_connection, tenant, target, settings):
     # One key makes every request here; the rate limit has its own tests.
     settings.SCHEDULER_API_RATE_LIMIT_PER_MINUTE = 0
     schedule = make_schedule(tenant, target.url + "/hook", expression="0 * * * *")
-    run = schedule_changes.trigger_schedule(schedule, by=ACTOR)
+    run = actions.trigger_schedule(schedule, by=ACTOR)
     _, raw = create_api_key(tenant, label="fuzz")
     spare, _ = create_api_key(tenant, label="spare, to be revoked")
     return {

@@ -9,10 +9,10 @@ from django.db import connection
 from django.utils import timezone
 
 from dispatch.loops import Reconciler
-
 from runs.models import Run
-from schedules import idempotency
-from schedules.models import IdempotencyRecord, Schedule
+from scheduler_project.web.api import idempotency
+from scheduler_project.web.models import IdempotencyRecord
+from schedules.models import Schedule
 from tests.api.conftest import schedule_body
 from tests.conftest import api_client_for
 

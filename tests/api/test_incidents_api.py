@@ -4,7 +4,7 @@ resolved by a person (409 when that no longer applies), rules set per tenant and
 import pytest
 
 from dispatch.models import Incident, IncidentPolicy
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.models import Run
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.pagination import Keyset
 from schedules.models import AuditEntry
 from schedules.services import Actor, audit

@@ -54,9 +54,9 @@ def test_a_body_whose_content_length_understates_it_is_still_capped(api, setting
     """A lying or missing Content-Length must not let the parser read an unbounded body."""
     from io import BytesIO
 
+    from scheduler_project.foundation.errors import PayloadTooLarge
     from scheduler_project.web.api.errors import LimitedJSONParser
     from scheduler_project.web.bodylimit import max_request_bytes
-    from scheduler_project.errors import PayloadTooLarge
 
     settings.SCHEDULER_MAX_PAYLOAD_BYTES = 100
     stream = BytesIO(b"[" + b"1," * max_request_bytes() + b"1]")

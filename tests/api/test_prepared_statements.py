@@ -1,5 +1,5 @@
 """The statements every API request and every create runs are kept prepared by PostgreSQL
-(scheduler_project/postgresql/base.py): the key lookup and a create's inserts are parsed and
+(scheduler_project/foundation/postgresql/base.py): the key lookup and a create's inserts are parsed and
 planned once per connection, not per request. Nothing else is prepared (the dispatch statements
 must not be: a plan cached on a nearly empty queue table goes stale), `prepare_threshold=none`
 turns it off, and a column added by a migration while statements are prepared fails no request."""

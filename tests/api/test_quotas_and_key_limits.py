@@ -6,7 +6,7 @@ nothing is stored."""
 
 import pytest
 
-from runs import schedule_changes
+from runs import actions
 from schedules.models import ApiKey, Schedule
 from schedules.services import SYSTEM
 from schedules.tenants import create_api_key, revoke_api_key, update_tenant_settings
@@ -105,7 +105,7 @@ def test_an_edit_that_makes_a_rule_sub_minute_is_held_to_the_quota(api, tenant, 
     assert Schedule.objects.get(id=slow["id"]).version == 1
     # The sub-minute schedule itself may be edited and stay sub-minute: it already has its place.
     fast = Schedule.objects.get(current__sub_minute=True)
-    edited = schedule_changes.edit_schedule(fast, expected_version=1, changes={"name": "renamed"}, by=ACTOR)
+    edited = actions.edit_schedule(fast, expected_version=1, changes={"name": "renamed"}, by=ACTOR)
     assert edited.version == 2 and edited.current.sub_minute
 
 

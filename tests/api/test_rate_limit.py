@@ -8,8 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from scheduler_project.web.api.keylookup import find_key
-from schedules.models import ApiKey, ApiRateCounter
+from scheduler_project.web.models import ApiRateCounter
+from scheduler_project.web.store import find_key
+from schedules.models import ApiKey
 
 LIMIT = 3
 

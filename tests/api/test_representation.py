@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from rest_framework import serializers
 
-from runs.schedule_changes import archive_schedule, edit_schedule, pause_schedule
-from scheduler_project.dbclock import db_now
+from runs.actions import archive_schedule, edit_schedule, pause_schedule
+from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.api.representation import compiled
 from scheduler_project.web.api.schedule_serializers import ScheduleOut, schedule_json
 from schedules.models import Schedule

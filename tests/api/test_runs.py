@@ -7,9 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import services
+from runs import actions
 from runs.models import Attempt, Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.api.conftest import hourly_runs, manual_run
 from tests.helpers import ACTOR, make_schedule
 
@@ -43,7 +43,7 @@ def test_filters_by_schedule_state_and_scheduled_time(api, tenant, target, sched
     other = make_schedule(tenant, target.url + "/hook", expression="0 * * * *")
     hourly_runs(other, 2)
     runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_time"))
-    services.cancel_run(runs[0], by=ACTOR)
+    actions.cancel_run(runs[0], by=ACTOR)
 
     def ids(**params):
         return [r["id"] for r in api.get("/api/v1/runs", params).json()["results"]]
@@ -91,7 +91,7 @@ def test_cancel_a_ready_run_then_409_when_terminal(api, run):
 
 
 def test_retry_a_canceled_run_then_409_when_ready(api, run):
-    services.cancel_run(run, by=ACTOR)
+    actions.cancel_run(run, by=ACTOR)
     resp = api.post(f"/api/v1/runs/{run.id}/retry")
     assert resp.status_code == 200
     body = resp.json()

@@ -146,8 +146,9 @@ def test_trigger_accepts_an_empty_object_but_not_fields(api, schedule):
 
 
 def test_backfill_answers_202_with_the_count_and_never_doubles_an_instant(api, schedule):
-    from scheduler_project.dbclock import db_now
     from datetime import timedelta
+
+    from scheduler_project.foundation.dbclock import db_now
 
     end = db_now().replace(minute=0, second=0, microsecond=0)
     body = {"from": (end - timedelta(hours=3)).isoformat(), "to": end.isoformat()}

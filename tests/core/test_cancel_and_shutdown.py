@@ -61,7 +61,7 @@ def test_cancel_of_a_leased_run_reaches_the_worker_at_its_heartbeat_and_fences_i
 
 
 def test_a_result_arriving_after_cancel_is_kept_as_late_evidence_only(tenant, target, actor):
-    from runs.services import cancel_run
+    from runs.actions import cancel_run
 
     (run,) = ready_runs(tenant, target)
     (claimed,) = queue.claim("w", 1)

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _ready_runs(tenant, target, n):
     from datetime import timedelta
 
+    from scheduler_project.foundation.dbclock import db_now
     from schedules.models import Schedule
-    from scheduler_project.dbclock import db_now
 
     now = db_now().replace(microsecond=0)
     for i in range(n // 10):

@@ -1,4 +1,4 @@
-"""The PostgreSQL connection health check (scheduler_project/postgresql): a connection whose
+"""The PostgreSQL connection health check (scheduler_project/foundation/postgresql): a connection whose
 socket has nothing to read is kept without a statement; one the server closed while idle is
 replaced before the first query, so the request or step that meets it does not fail; anything
 else waiting on the socket gets Django's `SELECT 1`. Real sessions, terminated and notified from
@@ -55,7 +55,7 @@ def server_asked(monkeypatch):
 
 
 def test_the_backend_is_the_one_with_the_socket_check():
-    assert type(connections["default"]).__module__ == "scheduler_project.postgresql.base"
+    assert type(connections["default"]).__module__ == "scheduler_project.foundation.postgresql.base"
     assert connection.health_check_enabled
 
 

@@ -5,8 +5,8 @@ import pytest
 from dispatch.loops import drain, reconcile_step, scan_step
 from dispatch.worker import run_worker
 from runs import queue
+from runs.actions import retry_run
 from runs.models import Attempt, Run
-from runs.services import retry_run
 from tests.helpers import ACTOR, expire_lease, make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -146,7 +146,7 @@ def test_a_permanent_failure_goes_straight_to_dead(tenant, target):
 
 
 def test_manual_retry_from_canceled_records_who(tenant, target):
-    from runs.services import cancel_run
+    from runs.actions import cancel_run
 
     run = one_ready_run(tenant, target)
     cancel_run(run, by=ACTOR)

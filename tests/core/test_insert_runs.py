@@ -7,8 +7,8 @@ import pytest
 
 from runs.models import Occurrence, OutboxEvent, Run, RunKind, RunState
 from runs.queue import build_run, insert_runs
+from scheduler_project.foundation.dbclock import db_now
 from schedules import timeexpr
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,8 +17,8 @@ from dispatch.loops import drain, scan_step
 from runs import queue
 from runs.models import Run
 from runs.store.postgres import CLAIM_DUE_SQL, COMPLETE_SQL, _Unprepared
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql_only("plans of PostgreSQL statements")]

@@ -7,8 +7,8 @@ from django.db import connection
 
 from dispatch.loops import drain, scan_step
 from runs.models import Occurrence, OutboxEvent, Run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

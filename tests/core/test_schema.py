@@ -40,8 +40,8 @@ def test_one_run_per_occurrence_is_a_unique_constraint():
 
 
 def test_the_database_refuses_a_second_run_for_an_occurrence(tenant, target):
-    from tests.helpers import make_due, make_schedule
     from dispatch.loops import drain, scan_step
+    from tests.helpers import make_due, make_schedule
 
     make_due(make_schedule(tenant, target.url + "/run"))
     drain(scan_step)
@@ -53,10 +53,10 @@ def test_the_database_refuses_a_second_run_for_an_occurrence(tenant, target):
 
 
 def test_the_database_refuses_a_second_attempt_of_a_generation_and_a_second_open_attempt(tenant, target):
-    from tests.helpers import make_due, make_schedule
     from dispatch.loops import drain, scan_step
     from runs import queue
     from runs.models import Attempt
+    from tests.helpers import make_due, make_schedule
 
     make_due(make_schedule(tenant, target.url + "/run"))
     drain(scan_step)
@@ -69,8 +69,8 @@ def test_the_database_refuses_a_second_attempt_of_a_generation_and_a_second_open
 
 
 def test_run_states_are_checked_by_the_database(tenant, target):
-    from tests.helpers import make_due, make_schedule
     from dispatch.loops import drain, scan_step
+    from tests.helpers import make_due, make_schedule
 
     make_due(make_schedule(tenant, target.url + "/run"))
     drain(scan_step)

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connections
 
-from runs import schedule_changes
+from runs import actions
 from schedules.models import Schedule
 from schedules.services import version_fields
 from tests.helpers import ACTOR, make_schedule
@@ -25,8 +25,8 @@ def test_concurrent_stale_forms_each_keep_the_others_change(tenant, target):
     def save(form):
         try:
             start.wait()
-            schedule_changes.edit_schedule(Schedule.objects.get(id=schedule.id), expected_version=1, changes=form,
-                                           by=ACTOR, merge=True)
+            actions.edit_schedule(Schedule.objects.get(id=schedule.id), expected_version=1, changes=form,
+                                  by=ACTOR, merge=True)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
         finally:
@@ -53,8 +53,8 @@ def test_a_change_that_waited_for_an_edits_lock_sees_the_new_version(tenant, tar
     def edit(expected):
         try:
             start.wait()
-            schedule_changes.edit_schedule(schedule, expected_version=expected,
-                                           changes={"expression": "45 3 * * SUN"}, by=ACTOR)
+            actions.edit_schedule(schedule, expected_version=expected,
+                                  changes={"expression": "45 3 * * SUN"}, by=ACTOR)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
         finally:
@@ -63,7 +63,7 @@ def test_a_change_that_waited_for_an_edits_lock_sees_the_new_version(tenant, tar
     def trigger():
         try:
             start.wait()
-            runs.append(schedule_changes.trigger_schedule(schedule, by=ACTOR))
+            runs.append(actions.trigger_schedule(schedule, by=ACTOR))
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
         finally:
@@ -77,8 +77,8 @@ def test_a_change_that_waited_for_an_edits_lock_sees_the_new_version(tenant, tar
             t.join()
         start.reset()
         schedule.refresh_from_db()
-        schedule_changes.edit_schedule(schedule, expected_version=schedule.version,
-                                       changes={"expression": "30 2 * * SUN"}, by=ACTOR)
+        actions.edit_schedule(schedule, expected_version=schedule.version,
+                              changes={"expression": "30 2 * * SUN"}, by=ACTOR)
         schedule.refresh_from_db()
     assert errors == []
     assert len(runs) == 5 and all(r.version_id is not None for r in runs)

@@ -12,7 +12,7 @@ from runs.decisions import Claimed, Result
 from runs.models import Attempt, Occurrence, OutboxEvent, Run
 from runs.store import store
 from runs.store.portable import PortableStore
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.services import SYSTEM
 from schedules.tenants import set_notification_url
 from tests.helpers import make_due, make_schedule
@@ -152,7 +152,7 @@ def test_insert_schedule_stores_the_three_rows_as_the_instances_hold_them(tenant
     """A new schedule's version, schedule and audit entry (one round trip on PostgreSQL, three
     saves on SQLite): the stored rows equal the instances afterwards, and the version's new id is
     both on the version and the schedule's current version."""
-    from runs.schedule_changes import create_schedule
+    from runs.actions import create_schedule
     from schedules.models import AuditEntry, Schedule, ScheduleVersion
 
     now = db_now()
@@ -184,7 +184,7 @@ def test_insert_schedule_is_all_or_nothing_without_a_transaction_of_the_callers(
     version and the schedule were sent: neither may remain."""
     from django.db import connection
 
-    from runs.schedule_changes import _new_schedule, _created_entry
+    from runs.actions import _created_entry, _new_schedule
     from schedules.models import AuditEntry, Schedule, ScheduleVersion
     from schedules.services import VERSIONED_DEFAULTS, validate_fields
 
@@ -212,8 +212,8 @@ def test_with_history_reads_each_runs_occurrence_and_attempts(tenant, target):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from runs.actions import trigger_schedule
     from runs.models import Occurrence, with_history
-    from runs.schedule_changes import trigger_schedule
 
     schedule = make_schedule(tenant, target.url + "/x")
     runs = [trigger_schedule(schedule, by=SYSTEM) for _ in range(3)]
@@ -283,3 +283,88 @@ def test_keeping_a_count_never_waits_for_another_writer():
         assert kept is True
     assert store().keep_recent_count("k", taken_at=db_now(), counts={"ready": 1})
     assert RecentStateCount.objects.get(key="k").counts == {"ready": 1}
+
+
+# --- the changes people and clients ask for (runs.store.requested.RequestedChanges) ------------
+
+
+def test_cancel_run_closes_a_leased_runs_open_attempt_and_retry_run_makes_it_ready(tenant, target):
+    c = claim_one(tenant, target)
+    run = Run.objects.get(id=c.run_id)
+    now = db_now()
+    with transaction.atomic():
+        store().cancel_run(run, reason="canceled", by="ops@example", now=now)
+    stored = Run.objects.get(id=c.run_id)
+    assert (stored.state, stored.reason, stored.lease_until, stored.lease_owner, stored.next_eligible_at,
+            stored.finished_at) == ("canceled", "canceled", None, "", None, now)
+    a = Attempt.objects.get(id=c.attempt_id)
+    assert (a.outcome, a.finished_at, a.canceled_in_flight, a.error_class) == ("abandoned", now, True, "Canceled")
+    assert "ops@example" in a.error
+    later = db_now()
+    with transaction.atomic():
+        store().retry_run(stored, by="ops@example", now=later)
+    again = Run.objects.get(id=c.run_id)
+    assert (again.state, again.reason, again.next_eligible_at, again.finished_at, again.attempts_used,
+            again.retried_by, again.retried_at, again.generation) == ("ready", "", later, None, 0, "ops@example",
+                                                                       later, 1)
+    # The row and the instance agree (the caller returns the instance).
+    assert (stored.state, stored.retried_at) == (again.state, again.retried_at)
+
+
+def test_cancel_run_of_a_ready_run_touches_no_attempt(tenant, target):
+    schedule = make_schedule(tenant, target.url + "/x")
+    triples, now = made_triples(schedule, n=1)
+    with transaction.atomic():
+        store().insert_runs(triples, stamp=now, now=now)
+    run = Run.objects.get(id=triples[0][1].id)
+    with transaction.atomic():
+        store().cancel_run(run, reason="canceled", by="ops", now=now)
+    assert Run.objects.get(id=run.id).state == "canceled" and not Attempt.objects.filter(run_id=run.id).exists()
+
+
+def test_pause_resume_and_archive_write_the_schedule_row(tenant, target):
+    from schedules.models import Schedule
+
+    schedule = make_schedule(tenant, target.url + "/x")
+    now = db_now()
+    with transaction.atomic():
+        store().pause_schedule(schedule, now=now)
+    stored = Schedule.objects.get(id=schedule.id)
+    assert (stored.enabled, stored.paused_at, stored.next_run_at) == (False, now, None)
+    next_at = now + timedelta(minutes=1)
+    with transaction.atomic():
+        store().resume_schedule(stored, next_run_at=next_at, completed_at=now)
+    stored = Schedule.objects.get(id=schedule.id)
+    assert (stored.enabled, stored.paused_at, stored.next_run_at, stored.status) == (True, None, next_at, "active")
+    # An active schedule with no next instant left is completed as it resumes.
+    with transaction.atomic():
+        store().resume_schedule(stored, next_run_at=None, completed_at=now)
+    stored = Schedule.objects.get(id=schedule.id)
+    assert (stored.status, stored.completed_at, stored.next_run_at) == ("completed", now, None)
+    with transaction.atomic():
+        store().archive_schedule(stored, now=now)
+    stored = Schedule.objects.get(id=schedule.id)
+    assert (stored.status, stored.archived_at, stored.next_run_at) == ("archived", now, None)
+
+
+def test_insert_version_points_the_schedule_at_its_new_version(tenant, target):
+    from schedules.models import Owner, Schedule, ScheduleVersion
+
+    schedule = make_schedule(tenant, target.url + "/x")
+    first = schedule.current
+    version = ScheduleVersion(**{f.attname: getattr(first, f.attname) for f in ScheduleVersion._meta.concrete_fields
+                                 if f.attname != "id"})
+    version.version, version.changes, version.expression = 2, {"expression": ["x", "y"]}, "0 5 * * *"
+    schedule.name = "renamed"
+    with transaction.atomic():
+        store().insert_version(schedule, version)
+    stored = Schedule.objects.select_related("current").get(id=schedule.id)
+    assert (stored.version, stored.current_id, stored.current.expression, stored.name) == (
+        2, version.id, "0 5 * * *", "renamed")
+    assert ScheduleVersion.objects.filter(schedule_id=schedule.id).count() == 2
+    owner = Owner.objects.create(tenant=tenant, slug="team-a", name="Team A")
+    with transaction.atomic():
+        store().set_schedule_owner(schedule.id, owner.id)
+        store().set_managed_name(schedule.id, "nightly")
+    stored = Schedule.objects.get(id=schedule.id)
+    assert (stored.owner_id, stored.managed_name) == (owner.id, "nightly")

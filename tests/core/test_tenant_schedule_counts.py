@@ -11,8 +11,8 @@ import pytest
 from django.db import connection, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 
-from runs import schedule_changes
-from scheduler_project.errors import ValidationFailed
+from runs import actions
+from scheduler_project.foundation.errors import ValidationFailed
 from schedules.models import Schedule, ScheduleStatus, TenantScheduleCount
 from schedules.services import _counted
 from tests.helpers import ACTOR, make_schedule
@@ -39,7 +39,7 @@ def test_the_counts_follow_every_change_of_a_schedule(tenant, other_tenant, targ
 
     # A batch: the valid items counted, the refused one not.
     items = [{"expression": e, "time_zone": "UTC", "target_url": url} for e in (FAST, SLOW, SLOW, "not a rule")]
-    results = schedule_changes.create_schedules(tenant, items, by=ACTOR, now=fast.created_at)
+    results = actions.create_schedules(tenant, items, by=ACTOR, now=fast.created_at)
     assert [isinstance(r, ValidationFailed) for r in results] == [False, False, False, True]
     assert _counted(tenant) == counted_from_schedules(tenant) == (5, 2)
 
@@ -51,19 +51,19 @@ def test_the_counts_follow_every_change_of_a_schedule(tenant, other_tenant, targ
     assert _counted(tenant) == (5, 2)
 
     # Edits: slow to sub-minute, sub-minute to slow, a rename (same rule kind).
-    slow = schedule_changes.edit_schedule(slow, expected_version=1, changes={"expression": FAST}, by=ACTOR)
+    slow = actions.edit_schedule(slow, expected_version=1, changes={"expression": FAST}, by=ACTOR)
     assert _counted(tenant) == counted_from_schedules(tenant) == (5, 3)
-    fast = schedule_changes.edit_schedule(fast, expected_version=1, changes={"expression": SLOW}, by=ACTOR)
-    fast = schedule_changes.edit_schedule(fast, expected_version=2, changes={"name": "renamed"}, by=ACTOR)
+    fast = actions.edit_schedule(fast, expected_version=1, changes={"expression": SLOW}, by=ACTOR)
+    fast = actions.edit_schedule(fast, expected_version=2, changes={"name": "renamed"}, by=ACTOR)
     assert _counted(tenant) == counted_from_schedules(tenant) == (5, 2)
 
     # Pausing and resuming count as they were; archiving frees a place, and archiving again is nothing.
-    schedule_changes.pause_schedule(slow, by=ACTOR)
-    schedule_changes.resume_schedule(slow, by=ACTOR)
+    actions.pause_schedule(slow, by=ACTOR)
+    actions.resume_schedule(slow, by=ACTOR)
     assert _counted(tenant) == (5, 2)
-    schedule_changes.archive_schedule(slow, by=ACTOR)
-    schedule_changes.archive_schedule(slow, by=ACTOR)
-    schedule_changes.archive_schedule(fast, by=ACTOR)
+    actions.archive_schedule(slow, by=ACTOR)
+    actions.archive_schedule(slow, by=ACTOR)
+    actions.archive_schedule(fast, by=ACTOR)
     assert _counted(tenant) == counted_from_schedules(tenant) == (3, 1)
 
     # A one-time schedule that has fired (completed) still holds its place until archived.

@@ -5,17 +5,23 @@ from datetime import timedelta
 
 import pytest
 
-from dispatch.activity import ActivityAggregator, drain, lag_bucket
+from dispatch.activity import ActivityAggregator, drain, lag_bucket, minute_of
+from dispatch.activity_figures import attempt_figures, failing_targets
 from dispatch.loops import drain as drain_step
 from dispatch.loops import scan_step
-from dispatch.activity import minute_of
-from dispatch.activity_figures import attempt_figures, failing_targets
-from dispatch.models import (ALL_TENANTS, ActivityCursor, ActivityMinute, ActivityPending, LAG_BOUNDS,
-                             ScheduleActivity, TargetMinute)
+from dispatch.models import (
+    ALL_TENANTS,
+    LAG_BOUNDS,
+    ActivityCursor,
+    ActivityMinute,
+    ActivityPending,
+    ScheduleActivity,
+    TargetMinute,
+)
 from dispatch.worker import run_worker
+from runs.actions import trigger_schedule
 from runs.models import Attempt, AttemptOutcome, Run, RunState
-from runs.schedule_changes import trigger_schedule
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_due, make_schedule
 
 pytestmark = pytest.mark.django_db

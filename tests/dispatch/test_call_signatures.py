@@ -8,7 +8,7 @@ from django.test import override_settings
 
 from dispatch import signing
 from dispatch.worker import run_worker
-from runs.schedule_changes import trigger_schedule
+from runs.actions import trigger_schedule
 from tests.api.test_docs import snippet_verify
 from tests.helpers import ACTOR, make_schedule
 

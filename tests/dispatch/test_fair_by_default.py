@@ -11,9 +11,9 @@ import pytest
 
 from dispatch.worker import run_worker
 from runs import queue
+from runs.actions import trigger_schedule
 from runs.decisions import Holding
 from runs.models import Run
-from runs.schedule_changes import trigger_schedule
 from schedules.models import TargetPrefix
 from tests.conftest import Target
 from tests.helpers import ACTOR, make_schedule

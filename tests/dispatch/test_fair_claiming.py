@@ -10,9 +10,9 @@ from dispatch.loops import Scanner, drain, scan_step
 from dispatch.models import ShardLease
 from runs import queue
 from runs.models import Run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, TargetPrefix
 from schedules.tenants import create_tenant
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,7 +127,7 @@ def test_a_notify_wakes_an_idle_worker_before_its_poll_interval(tenant, target):
     try:
         time.sleep(1.5)  # the worker has polled once, found nothing, and sleeps for 30 s
         s = make_schedule(tenant, target.url + "/wake")
-        from runs.schedule_changes import trigger_schedule
+        from runs.actions import trigger_schedule
         from tests.helpers import ACTOR
 
         run = trigger_schedule(s, by=ACTOR)

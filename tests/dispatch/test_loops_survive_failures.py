@@ -7,8 +7,8 @@ the real database, with the loops running on their own threads through the one r
 import logging
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -23,7 +23,7 @@ from dispatch.relay import Relay
 from runs import queue
 from runs.models import Attempt, OutboxEvent, Run
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

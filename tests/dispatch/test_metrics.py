@@ -10,7 +10,7 @@ from dispatch.activity import drain as count_activity
 from dispatch.loops import drain, scan_step
 from dispatch.worker import Worker
 from runs.models import Attempt
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

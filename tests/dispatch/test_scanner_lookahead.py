@@ -7,8 +7,8 @@ import pytest
 
 from dispatch.loops import Scanner, drain
 from runs.models import Run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,9 +9,9 @@ import pytest
 
 from dispatch.worker import run_worker
 from runs.models import Attempt, Run, RunState
+from scheduler_project.web.access import ROLE_OPERATOR
 from tests.core.test_fencing_and_leases import FAST_RETRY, one_ready_run
 from tests.portal.conftest import login, staff_user
-from scheduler_project.web.access import ROLE_OPERATOR
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # version 00: 32 and 16 lower-case hex digits, neither all zeros, then the flags.

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from scheduler_project.dbreplication import replication_status
+from scheduler_project.foundation.dbreplication import replication_status
 from tests.faults.harness import ROOT, ChaosTarget, Proc, Report, count_outcome, make_schedules, quiet_down
 from tests.faults.pgcluster import AutoFailoverCluster, free_port
 
@@ -200,8 +200,8 @@ def scheduler_env(url: str, **extra) -> dict:
 def make_steady_schedules(tenant, target_url: str, count: int) -> list:
     """`count` every-minute schedules whose instants are spread evenly over the minute, so runs
     come due all the time and a stall shows as a gap."""
+    from scheduler_project.foundation.dbclock import db_now
     from schedules.models import Schedule
-    from scheduler_project.dbclock import db_now
     from tests.helpers import make_schedule
 
     base = db_now().replace(microsecond=0) + timedelta(seconds=2)
@@ -482,7 +482,7 @@ def _stalled_loops(since: datetime, until: datetime) -> list[str]:
     attempts, the scanner made runs (it makes them up to its horizon ahead, so the workers alone
     would hide a dead scanner for that long), the reconciler left no lease long expired."""
     from runs.models import Attempt, Run
-    from scheduler_project.dbclock import db_now
+    from scheduler_project.foundation.dbclock import db_now
 
     seen = set(retry_db(lambda: list(Attempt.objects.filter(started_at__gt=since, started_at__lte=until)
                                      .values_list("worker_id", flat=True).distinct())))

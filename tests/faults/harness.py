@@ -177,7 +177,7 @@ class Report:
 
 
 def db_clock():
-    from scheduler_project.dbclock import db_now
+    from scheduler_project.foundation.dbclock import db_now
 
     return db_now()
 
@@ -193,7 +193,7 @@ def make_schedules(tenant, target_url, count: int, backlog_minutes: int):
     """`count` every-minute schedules whose last `backlog_minutes` occurrences are all due, all to
     run (catch_up with room), so the scanners have real work while they are being killed."""
     from runs.models import Run  # noqa: F401  (apps loaded)
-    from scheduler_project.dbclock import db_now
+    from scheduler_project.foundation.dbclock import db_now
     from schedules.models import Schedule
     from tests.helpers import make_schedule
 

@@ -13,7 +13,7 @@ from dispatch.models import Incident, IncidentPolicy, IncidentRule, Notification
 from dispatch.notifications import NotificationRelay
 from dispatch.worker import run_worker
 from runs.models import Run, RunState
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import AuditEntry, Schedule
 from schedules.owners import create_owner
 from tests.helpers import ACTOR, make_due, make_schedule

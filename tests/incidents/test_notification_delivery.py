@@ -12,7 +12,7 @@ from django.core import mail
 from dispatch.incidents import notifications_for
 from dispatch.models import Incident, Notification
 from dispatch.notifications import NotificationRelay, claim
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.owners import create_owner
 from tests.helpers import ACTOR
 

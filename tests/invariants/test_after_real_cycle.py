@@ -12,8 +12,8 @@ from dispatch.loops import drain, reconcile_step, scan_step
 from dispatch.relay import Relay
 from dispatch.worker import run_worker
 from runs import queue
+from runs.actions import cancel_run, retry_run
 from runs.models import Run
-from runs.services import cancel_run, retry_run
 from schedules.models import Schedule
 from tests.helpers import ACTOR, expire_lease, make_due, make_schedule
 
@@ -88,7 +88,7 @@ def test_the_command_lists_violations_and_exits_1(tenant, target):
 
     code, out = audit_command()
     assert code == 1
-    assert f"invariant 2 [error] attempt_generations: 1" in out and str(run.id) in out
+    assert "invariant 2 [error] attempt_generations: 1" in out and str(run.id) in out
     assert "invariant 7 [error] schedule_left_behind: 1" in out and str(s.id) in out
     assert out.strip().endswith("2 violations")
 

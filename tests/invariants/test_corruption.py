@@ -12,8 +12,8 @@ from dispatch import invariants
 from dispatch.loops import drain, scan_step
 from runs import queue
 from runs.models import Attempt, Occurrence, OutboxEvent, Run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 pytestmark = [
@@ -153,7 +153,7 @@ def test_it_finds_an_event_after_a_terminal_one_without_a_retry(tenant, target):
 
 
 def test_a_manual_retry_after_a_terminal_event_is_allowed(tenant, target):
-    from runs.services import retry_run
+    from runs.actions import retry_run
     from tests.helpers import ACTOR
 
     s, run, c = leased_run(tenant, target)
@@ -196,7 +196,7 @@ def test_it_finds_a_result_without_its_event(tenant, target):
 
 
 def test_a_cancel_in_flight_counts_as_the_abandoned_attempts_event(tenant, target):
-    from runs.services import cancel_run
+    from runs.actions import cancel_run
     from tests.helpers import ACTOR
 
     s, run, c = leased_run(tenant, target)

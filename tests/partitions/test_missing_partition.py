@@ -13,7 +13,7 @@ from dispatch.loops import drain, scan_step
 from dispatch.metrics import exposition
 from runs import partitions, queue
 from runs.models import Attempt, Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 pytestmark = [

@@ -11,9 +11,9 @@ import pytest
 from django.db import connection, transaction
 
 from runs import partitions, queue
+from runs.actions import retry_run
 from runs.models import HistoryPartition, Run
-from runs.services import retry_run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR
 from tests.partitions.test_sealed_partitions import dead_run_long_ago
 

@@ -8,11 +8,10 @@ import pytest
 from django.db import connection
 
 from runs import partitions, queue
+from runs.actions import backfill_schedule, retry_run
 from runs.models import HistoryPartition, Run
-from runs.schedule_changes import backfill_schedule
-from runs.services import retry_run
 from runs.store.postgres import CLAIM_DUE_SQL, _live_floor, share_params
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_schedule
 
 pytestmark = [

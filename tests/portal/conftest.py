@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from runs.actions import trigger_schedule
 from runs.models import Attempt, AttemptOutcome, Occurrence, Run, RunState
-from runs.schedule_changes import trigger_schedule
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.access import ROLE_OPERATOR, ROLE_READ_ONLY, role
 from schedules.models import TenantMembership
 from tests.helpers import ACTOR, make_schedule

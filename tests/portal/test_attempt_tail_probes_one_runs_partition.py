@@ -16,7 +16,7 @@ from dispatch.activity import drain as count_activity
 from dispatch.activity_figures import failing_targets
 from dispatch.loops import drain, scan_step
 from runs import queue, stats
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgresql_only("plans of PostgreSQL's partitioned tables")]

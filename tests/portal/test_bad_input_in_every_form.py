@@ -7,7 +7,6 @@ a form added later is fed them too. Nothing may answer 5xx, and every page still
 import re
 
 import pytest
-
 from django.test import Client
 
 from .test_every_page_and_action import crawl, local, parse, user, world  # noqa: F401  (fixture)

@@ -46,7 +46,7 @@ def test_a_key_label_over_200_characters_is_a_message_and_no_key_is_made(operato
 
 
 def test_a_control_character_in_a_key_label_is_refused_by_the_service_for_every_caller(tenant, api):
-    from scheduler_project.errors import ValidationFailed
+    from scheduler_project.foundation.errors import ValidationFailed
     from schedules.services import SYSTEM
     from schedules.tenants import create_api_key
 

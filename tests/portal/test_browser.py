@@ -16,10 +16,10 @@ from django.contrib.auth.models import User
 from dispatch.activity import lag_bucket, minute_of
 from dispatch.models import ALL_TENANTS, LAG_BOUNDS, ActivityMinute, ScheduleActivity
 from runs.models import Attempt, AttemptOutcome, Occurrence, Run, RunState
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.web.access import ROLE_OPERATOR, role
 from schedules.models import Schedule, TenantMembership
 from schedules.tenants import create_tenant
-from scheduler_project.web.access import ROLE_OPERATOR, role
 from schedules.timeexpr import validate_time_zone
 from tests.helpers import make_schedule
 

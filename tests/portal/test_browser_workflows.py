@@ -11,16 +11,16 @@ from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.test import Client
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from dispatch.models import WorkerStat, software_version
 from dispatch.worker import run_worker
-from runs import schedule_changes
+from runs import actions
 from runs.models import Run, RunKind, RunState
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.portal.display import UTC, format_in
 from schedules.models import ApiKey, Schedule, TargetPrefix, Tenant, TenantMembership
 from schedules.tenants import add_target_prefix, create_api_key
@@ -187,7 +187,7 @@ def test_a_refused_backfill_says_why_with_javascript_on_and_a_good_one_makes_its
     # A range the limit allows: counted first, made on "Create".
     report = data["report"]  # 30 2 * * * in America/New_York: one a day (5 or, across a DST change, 4 to 6)
     start, end = now - timedelta(days=5, hours=1), now - timedelta(hours=1)
-    expected = len(schedule_changes.plan_backfill(report, start, end)[0])
+    expected = len(actions.plan_backfill(report, start, end)[0])
     assert 4 <= expected <= 6
     ask_backfill(page, live_server.url, report, start, end)
     assert int(page.get_by_test_id("backfill-count").inner_text()) == expected
@@ -531,7 +531,7 @@ def test_the_workers_page_lists_a_live_worker_with_its_heartbeat_version_and_cal
     warehouse = make_schedule(acme, target.url + "/warehouse/sync", name="warehouse-sync", expression="0 4 * * *")
     release = threading.Event()
     target.responder = lambda delivery: (release.wait(30), (200, b'{"ok": true}'))[1]
-    calls = [schedule_changes.trigger_schedule(warehouse, by=ACTOR) for _ in range(2)]
+    calls = [actions.trigger_schedule(warehouse, by=ACTOR) for _ in range(2)]
     WorkerStat.objects.create(worker_id="old-host:4711", started_at=db_now() - timedelta(hours=5),
                               seen_at=db_now() - timedelta(hours=3), claimed_runs=5120, version="0.9.0")
     stop = threading.Event()

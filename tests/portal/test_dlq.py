@@ -3,8 +3,8 @@ loop the single-run services."""
 
 from django.urls import reverse
 
+from runs.actions import retry_run
 from runs.models import Run, RunState
-from runs.services import retry_run
 from schedules.models import AuditEntry
 from tests.helpers import ACTOR
 

@@ -11,8 +11,8 @@ from urllib.parse import urldefrag, urlsplit
 import pytest
 from django.contrib.auth.models import User
 
+from runs.actions import archive_schedule, pause_schedule
 from runs.models import AttemptOutcome, RunState
-from runs.schedule_changes import archive_schedule, pause_schedule
 from schedules.models import TenantMembership
 from schedules.services import SYSTEM
 from schedules.tenants import create_api_key, create_tenant

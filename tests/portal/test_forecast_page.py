@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from dispatch.metrics import exposition
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_schedule
 
 pytestmark = pytest.mark.django_db
@@ -39,14 +39,14 @@ def test_the_page_the_api_and_metrics(tenant, other_tenant, target, api, operato
 
 
 def test_shaping_a_surge_previews_the_flattened_forecast_then_applies_one_audited_change(operator, tenant, target):
-    from runs import schedule_changes
+    from runs import actions
     from schedules.models import AuditEntry, Schedule
     from tests.helpers import ACTOR
 
     minute = _minute_ahead()
     expr = f"{minute.minute} {minute.hour} * * *"
     items = [{"expression": expr, "time_zone": "UTC", "target_url": target.url + "/d"} for _ in range(300)]
-    schedule_changes.create_schedules(tenant, items, by=ACTOR, now=db_now())
+    actions.create_schedules(tenant, items, by=ACTOR, now=db_now())
     other = make_schedule(tenant, target.url + "/d", expression="0 0 * * *")  # not selected
     query = {"shape": "1", "shape_tenant": str(tenant.id), "shape_expression": expr, "spread": "600"}
     html = operator.get(reverse("dispatch-forecast"), query).content.decode()

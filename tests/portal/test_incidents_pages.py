@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from dispatch.models import Incident
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import AuditEntry, MemberRole, Schedule, TenantMembership
 from schedules.owners import create_owner
 from tests.helpers import ACTOR, make_schedule

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from scheduler_project.dbclock import db_now
-from schedules.models import LoginThrottle
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.web.models import LoginThrottle
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.urls import reverse
 
+from runs.actions import pause_schedule
 from runs.models import Run, RunState
-from runs.schedule_changes import pause_schedule
 from scheduler_project.web.portal.display import ago, change_lines, duration, plural
 from schedules.services import SYSTEM
 from schedules.tenants import update_tenant_settings

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.contrib.auth.models import User
 
-from runs.schedule_changes import edit_schedule
+from runs.actions import edit_schedule
 from scheduler_project.web.portal import common
 from schedules.models import MemberRole, Schedule, ScheduleStatus, TenantMembership
 from tests.helpers import ACTOR

@@ -15,7 +15,6 @@ from django.test import Client
 from tests.faults.harness import ROOT
 
 
-
 def documented_environment() -> dict:
     """The `export` lines of the README's production set-up, as a shell would set them (the
     SECRET_KEY line runs Python; a fresh key of the same kind stands in)."""

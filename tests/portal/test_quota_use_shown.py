@@ -5,7 +5,7 @@ import re
 
 from django.urls import reverse
 
-from runs import schedule_changes
+from runs import actions
 from tests.helpers import ACTOR, make_schedule
 
 
@@ -21,7 +21,7 @@ def test_the_tenant_page_says_how_much_of_its_quotas_is_used(acme, operator, ten
     kept = make_schedule(tenant, url, expression="rate(1 hour)")
     make_schedule(tenant, url, expression="RRULE:FREQ=SECONDLY")
     gone = make_schedule(tenant, url, expression="rate(1 hour)")
-    schedule_changes.archive_schedule(gone, by=ACTOR)
+    actions.archive_schedule(gone, by=ACTOR)
     make_schedule(other_tenant, url, expression="rate(1 hour)")
     assert kept.status == "active"
     for client in (acme, operator):

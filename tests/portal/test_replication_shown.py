@@ -7,7 +7,7 @@ from django.db import connection
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler_project.dbreplication import ReplicationStatus, replication_status
+from scheduler_project.foundation.dbreplication import ReplicationStatus, replication_status
 
 pytestmark = pytest.mark.django_db
 

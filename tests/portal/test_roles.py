@@ -9,9 +9,9 @@ from django.contrib.auth.models import Group, User
 from django.urls import reverse
 
 from runs.models import Run, RunState
+from scheduler_project.web.access import ROLE_OPERATOR, ROLE_READ_ONLY, can, is_operator
 from schedules.models import ApiKey, AuditEntry, Schedule, TargetPrefix, Tenant
 from schedules.tenants import create_api_key
-from scheduler_project.web.access import ROLE_OPERATOR, ROLE_READ_ONLY, can, is_operator
 
 from .conftest import login, make_run
 

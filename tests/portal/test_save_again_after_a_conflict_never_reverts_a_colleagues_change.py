@@ -6,7 +6,7 @@ once its editor has chosen."""
 
 from django.urls import reverse
 
-from runs.schedule_changes import edit_schedule
+from runs.actions import edit_schedule
 from schedules.models import AuditEntry, Schedule
 from tests.helpers import ACTOR
 

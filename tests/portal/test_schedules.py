@@ -3,8 +3,8 @@ runs), and pause, resume, trigger now and backfill through the services."""
 
 from django.urls import reverse
 
+from runs.actions import edit_schedule, pause_schedule
 from runs.models import Run, RunKind, RunState
-from runs.schedule_changes import edit_schedule, pause_schedule
 from schedules.models import AuditEntry, Schedule
 from tests.helpers import ACTOR, make_schedule, utc
 
@@ -84,7 +84,7 @@ def test_trigger_now_makes_a_manual_run_and_links_it(operator, schedule):
 
 
 def test_an_archived_schedule_refuses_actions_with_the_services_message(operator, schedule):
-    from runs.schedule_changes import archive_schedule
+    from runs.actions import archive_schedule
 
     archive_schedule(schedule, by=ACTOR)
     html = operator.post(reverse("schedules-trigger", args=[schedule.id]), **HX).content.decode()

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from runs.models import Run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
 from schedules.spread import spread_offset
 from tests.portal.test_schedule_form_refuses_what_the_api_refuses import form

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from runs import stats
 from runs.models import Attempt, AttemptOutcome, RecentStateCount, Run, RunState
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 from .conftest import make_run
 

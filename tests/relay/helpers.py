@@ -1,7 +1,7 @@
 from datetime import timedelta
 
 from runs.models import OutboxEvent
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import make_due, make_schedule
 
 

@@ -10,7 +10,7 @@ from django.db import connection
 from dispatch.relay import Outcome, Relay, backoff_seconds, claim_events, record
 from dispatch.safehttp import HttpResult
 from runs.models import OutboxEvent
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.relay.helpers import events_for, loose_events, make_due_for_retry, webhook_deliveries, with_webhook
 
 

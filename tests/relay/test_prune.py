@@ -6,7 +6,7 @@ import pytest
 
 from dispatch.relay import prune_published
 from runs.models import OutboxEvent
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.relay.helpers import loose_events
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ import pytest
 
 from dispatch.loops import drain, scan_step
 from runs import queue, retention
+from runs.actions import cancel_run
 from runs.models import Run
-from runs.services import cancel_run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_due, make_schedule
 
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 
 from runs import queue, retention
+from runs.actions import retry_run
 from runs.models import Attempt, Run
-from runs.services import retry_run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR
 from tests.partitions.test_sealed_partitions import backfilled_long_ago
 from tests.retention.test_removal import history_violations, present

@@ -8,11 +8,11 @@ import pytest
 
 from dispatch import invariants
 from runs import retention
+from runs.actions import retry_run
 from runs.models import Attempt, HistoryRemoval, Occurrence, Run
-from runs.services import retry_run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import AuditEntry
 from schedules.services import SYSTEM
-from scheduler_project.dbclock import db_now
 from tests.helpers import ACTOR
 from tests.retention.conftest import one_run, run_retention
 

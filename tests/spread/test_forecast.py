@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 
 from dispatch import forecast as fc
-from runs import schedule_changes
-from scheduler_project.dbclock import db_now
+from runs import actions
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
 from tests.helpers import ACTOR, make_schedule
 from tests.timesched.support import scan_until_idle
@@ -28,7 +28,7 @@ def _daily(tenant, url, minute, count, **fields):
     for start in range(0, count, 1000):
         items = [{"expression": f"{minute.minute} {minute.hour} * * *", "time_zone": "UTC", "target_url": url, **fields}
                  for _ in range(min(1000, count - start))]
-        made += schedule_changes.create_schedules(tenant, items, by=ACTOR, now=db_now())
+        made += actions.create_schedules(tenant, items, by=ACTOR, now=db_now())
     return made
 
 
@@ -47,7 +47,7 @@ def test_the_forecast_shows_the_minutes_surge_and_the_flattened_shape_after_a_sp
     week = sum(b.due for b in f.tiers["week"])
     assert day == MANY and week == 7 * MANY  # once a day for a week
     for s in made:
-        schedule_changes.edit_schedule(s, expected_version=1, changes={"spread_seconds": 600}, by=ACTOR)
+        actions.edit_schedule(s, expected_version=1, changes={"spread_seconds": 600}, by=ACTOR)
     f = fc.forecast(tenant_ids=[tenant.id])
     counts = [_hour_bucket(f, minute + timedelta(minutes=i)).due for i in range(10)]
     assert sum(counts) == MANY and max(counts) <= 2 * MANY / 10, counts

@@ -11,7 +11,7 @@ from dispatch.models import LAG_BOUNDS, ActivityMinute
 from runs import queue
 from runs.models import Attempt, Run
 from runs.stats import lag_samples
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
 from schedules.spread import spread_offset
 from tests.helpers import make_schedule

@@ -12,11 +12,11 @@ from datetime import timedelta
 
 import pytest
 
-from runs import queue, schedule_changes
+from runs import actions, queue
 from runs.decisions import plan_schedule
 from runs.models import Occurrence, Run, RunKind
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import ValidationFailed
 from schedules import spread, timeexpr
 from schedules.models import Schedule
 from schedules.spread import shortest_interval, spread_offset, spread_problem
@@ -41,7 +41,7 @@ def _daily_at(tenant, url, minute, count, **fields):
         items = [{"expression": f"{minute.minute} {minute.hour} * * *", "time_zone": "UTC",
                   "target_url": url, "spread_seconds": WINDOW, **fields}
                  for _ in range(min(1000, count - start))]
-        made += schedule_changes.create_schedules(tenant, items, by=ACTOR, now=db_now())
+        made += actions.create_schedules(tenant, items, by=ACTOR, now=db_now())
     assert all(isinstance(s, Schedule) for s in made), [s for s in made if not isinstance(s, Schedule)][:3]
     return made
 
@@ -135,7 +135,7 @@ def test_misfire_is_judged_from_the_eligible_time(tenant):
 
 def test_manual_trigger_is_never_spread(tenant, target):
     s = make_schedule(tenant, target.url + "/d", expression="0 0 * * *", spread_seconds=WINDOW)
-    run = schedule_changes.trigger_schedule(s, by=ACTOR)
+    run = actions.trigger_schedule(s, by=ACTOR)
     run.refresh_from_db()
     assert run.kind == RunKind.MANUAL and run.next_eligible_at == run.scheduled_time
     assert run.spread_seconds == 0 and run.eligible_from == run.scheduled_time
@@ -144,7 +144,7 @@ def test_manual_trigger_is_never_spread(tenant, target):
 def test_editing_the_spread_is_a_versioned_change(tenant, target):
     s = make_schedule(tenant, target.url + "/d", expression="0 0 * * *")
     assert s.current.spread_seconds == 0 and s.current.spread_offset_seconds == 0
-    s = schedule_changes.edit_schedule(s, expected_version=1, changes={"spread_seconds": 3600}, by=ACTOR)
+    s = actions.edit_schedule(s, expected_version=1, changes={"spread_seconds": 3600}, by=ACTOR)
     assert s.version == 2 and s.current.spread_seconds == 3600
     assert s.current.spread_offset_seconds == spread_offset(s.id, 3600)
     assert s.current.changes == {"spread_seconds": [0, 3600]}

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedules.timeexpr import ExpressionError, parse
-from schedules.timeexpr.days import layout, year_of, jan1, KEYS
+from schedules.timeexpr.days import KEYS, jan1, layout, year_of
 
 UTC = timezone.utc
 FREQS = ["YEARLY", "MONTHLY", "WEEKLY", "DAILY", "HOURLY", "MINUTELY", "SECONDLY"]

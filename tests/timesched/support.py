@@ -4,8 +4,8 @@ from datetime import timedelta
 
 from runs.models import Run
 from runs.queue import ScanResult, materialise_due
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, ScheduleVersion
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_schedule
 
 

@@ -4,11 +4,11 @@ from datetime import timedelta
 
 import pytest
 
+from runs.actions import backfill_schedule, plan_backfill
 from runs.models import Occurrence, Run
-from runs.schedule_changes import backfill_schedule, plan_backfill
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import ValidationFailed
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import ValidationFailed
 from tests.helpers import ACTOR, make_schedule, utc
 from tests.timesched.support import scan_until_idle
 

@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 
 from runs.models import Run
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
 from tests.helpers import make_schedule, utc
 from tests.timesched.support import scan_until_idle, states
 

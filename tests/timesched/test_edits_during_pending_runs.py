@@ -5,12 +5,12 @@ from datetime import timedelta
 
 import pytest
 
+from runs.actions import edit_schedule
 from runs.models import Run
 from runs.queue import Result, claim, complete
-from runs.schedule_changes import edit_schedule
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import StaleVersion
 from schedules.models import Schedule, ScheduleVersion
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import StaleVersion
 from tests.helpers import ACTOR, make_due, make_schedule
 from tests.timesched.support import scan_until_idle
 

@@ -8,9 +8,9 @@ import pytest
 from runs import decisions
 from runs.models import Run
 from runs.queue import SCAN_PARK, materialise_due
+from scheduler_project.foundation.dbclock import db_now
 from schedules import timeexpr
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
 from schedules.tenants import create_tenant
 from tests.helpers import make_due, make_schedule
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def costly(tenant, target, monkeypatch):
     """A due schedule whose rule the engine refuses as over its budget wherever it is evaluated."""
-    from runs import schedule_changes
+    from runs import actions
 
     schedule = make_schedule(tenant, target.url + "/costly")
     make_due(schedule)
@@ -32,7 +32,7 @@ def costly(tenant, target, monkeypatch):
         return real(version, anchor)
 
     monkeypatch.setattr(decisions, "rule_for", rule_for)
-    monkeypatch.setattr(schedule_changes, "rule_for", rule_for)
+    monkeypatch.setattr(actions, "rule_for", rule_for)
     return schedule
 
 
@@ -53,8 +53,8 @@ def test_an_over_budget_rule_is_parked_with_its_reason_and_others_still_run(tena
 
 
 def test_a_parked_schedule_can_still_be_paused_and_says_why_it_cannot_resume(costly):
-    from runs.schedule_changes import pause_schedule, resume_schedule
-    from scheduler_project.errors import ValidationFailed
+    from runs.actions import pause_schedule, resume_schedule
+    from scheduler_project.foundation.errors import ValidationFailed
     from tests.helpers import ACTOR
 
     materialise_due(batch=10)

@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from dispatch.loops import reconcile_step
 from runs.models import OutboxEvent, Run, RunKind, RunState
 from runs.queue import build_run, claim, insert_runs, skip_unclaimed_misfires
+from scheduler_project.foundation.dbclock import db_now
 from schedules.services import rule_for
-from scheduler_project.dbclock import db_now
 from tests.timesched.support import every_15_minutes_after_outage, states
 
 pytestmark = pytest.mark.django_db

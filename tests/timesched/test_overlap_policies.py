@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
+from runs.actions import cancel_run
 from runs.models import OutboxEvent, Run
 from runs.queue import BUFFERED_UNTIL, Result, claim, complete, expire_leases, skip_unclaimed_misfires
-from runs.services import cancel_run
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, expire_lease, make_due, make_schedule
 from tests.timesched.support import scan_until_idle
 

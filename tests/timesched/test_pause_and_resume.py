@@ -5,11 +5,11 @@ from datetime import timedelta
 
 import pytest
 
+from runs.actions import pause_schedule, resume_schedule
 from runs.models import Run
 from runs.queue import claim
-from runs.schedule_changes import pause_schedule, resume_schedule
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from scheduler_project.dbclock import db_now
 from tests.helpers import ACTOR, make_due, make_schedule
 from tests.timesched.support import scan_until_idle
 

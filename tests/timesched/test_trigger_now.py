@@ -2,9 +2,9 @@
 
 import pytest
 
+from runs.actions import pause_schedule, trigger_schedule
 from runs.models import Occurrence, Run
 from runs.queue import claim
-from runs.schedule_changes import pause_schedule, trigger_schedule
 from schedules.models import AuditEntry
 from tests.helpers import ACTOR, make_schedule
 

@@ -1,10 +1,9 @@
-from datetime import timedelta
 
 from django.core.management.base import BaseCommand
 
 from runs import partitions, retention
 from runs.store import store
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 
 
 class Command(BaseCommand):

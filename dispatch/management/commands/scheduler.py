@@ -1,3 +1,4 @@
+import ctypes
 import logging
 import os
 import signal
@@ -45,8 +46,6 @@ def default_workers() -> int:
 def stop_with_parent() -> None:
     """In the child, before it runs: SIGTERM when the parent process dies (Linux)."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 
 from dispatch import incidents
 from dispatch.models import Incident, IncidentState, Notification
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.admin.base import OperatorAdmin
 from schedules.models import Owner

@@ -4,9 +4,8 @@ retry and cancel actions, narrowed to valid states, allowed with the `operate_ru
 
 from django.contrib import admin, messages
 
-from runs import services
+from runs import actions
 from runs.models import Attempt, OutboxEvent, Run
-from scheduler_project.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
 
@@ -41,16 +40,13 @@ class RunAdmin(ReadOnlyAdmin):
     inlines = [AttemptInline]
     actions = ["retry", "cancel"]
 
-    def _each(self, request, queryset, fn, states, label):
+    def _each(self, request, queryset, bulk, states, label):
         # Counted before acting: afterwards the runs just changed would count as left alone.
         skipped = queryset.exclude(state__in=states).count()
-        done = 0
-        for run in queryset.filter(state__in=states):
-            try:
-                fn(run, by=admin_actor(request))
-                done += 1
-            except ServiceError as e:
-                self.message_user(request, f"{run.id}: {e.message}", level=messages.WARNING)
+        result = bulk(queryset.filter(state__in=states), by=admin_actor(request))
+        for run, message in result.refused:
+            self.message_user(request, f"{run.id}: {message}", level=messages.WARNING)
+        done = len(result.done)
         msg = f"{label} {done} run{'' if done == 1 else 's'}"
         if skipped:
             msg += f"; {skipped} left alone (not in {'/'.join(states)})"
@@ -58,11 +54,11 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Retry selected dead or canceled runs", permissions=["operate_runs"])
     def retry(self, request, queryset):
-        self._each(request, queryset, services.retry_run, services.RETRYABLE_FROM, "retried")
+        self._each(request, queryset, actions.retry_runs, actions.RETRYABLE_FROM, "retried")
 
     @admin.action(description="Cancel selected ready or leased runs", permissions=["operate_runs"])
     def cancel(self, request, queryset):
-        self._each(request, queryset, services.cancel_run, services.CANCELABLE_FROM, "canceled")
+        self._each(request, queryset, actions.cancel_runs, actions.CANCELABLE_FROM, "canceled")
 
 
 @admin.register(Attempt)

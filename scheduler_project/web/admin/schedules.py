@@ -9,13 +9,23 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from scheduler_project.errors import ServiceError
+from runs import actions
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.access import actor_for as admin_actor
 from scheduler_project.web.access import has_operator_permission
-from scheduler_project.web.portal.display import headers_shown, masked_change
 from scheduler_project.web.admin.base import OperatorAdmin, OperatorInline
-from schedules.models import (ApiKey, AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant,
-                              TenantMembership)
+from scheduler_project.web.portal.display import headers_shown, masked_change
+from schedules.models import (
+    ApiKey,
+    AuditEntry,
+    Schedule,
+    ScheduleStatus,
+    ScheduleVersion,
+    TargetPrefix,
+    Tenant,
+    TenantMembership,
+)
+from schedules.tenants import revoke_api_key
 
 
 class TargetPrefixInline(OperatorInline):
@@ -89,8 +99,6 @@ class ApiKeyAdmin(OperatorAdmin):
 
     @admin.action(description="Revoke selected keys", permissions=["manage_keys"])
     def revoke(self, request, queryset):
-        from schedules.tenants import revoke_api_key
-
         done = 0
         for key in queryset.filter(revoked_at__isnull=True):
             try:
@@ -126,35 +134,26 @@ class ScheduleAdmin(OperatorAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    def _each(self, request, queryset, fn, label):
-        done = 0
-        for s in queryset:
-            try:
-                fn(s, by=admin_actor(request))
-                done += 1
-            except ServiceError as e:
-                self.message_user(request, f"{s}: {e.message}", level=messages.WARNING)
+    def _each(self, request, queryset, bulk, label):
+        result = bulk(queryset, by=admin_actor(request))
+        for s, message in result.refused:
+            self.message_user(request, f"{s}: {message}", level=messages.WARNING)
+        done = len(result.done)
         self.message_user(request, f"{label} {done} schedule{'' if done == 1 else 's'}")
 
     @admin.action(description="Pause selected schedules", permissions=["operate_schedules"])
     def pause(self, request, queryset):
-        from runs.schedule_changes import pause_schedule
-
-        self._each(request, queryset.filter(enabled=True), pause_schedule, "paused")
+        self._each(request, queryset.filter(enabled=True), actions.pause_schedules, "paused")
 
     @admin.action(description="Resume selected schedules", permissions=["operate_schedules"])
     def resume(self, request, queryset):
-        from runs.schedule_changes import resume_schedule
-
-        self._each(request, queryset.filter(enabled=False), resume_schedule, "resumed")
+        self._each(request, queryset.filter(enabled=False), actions.resume_schedules, "resumed")
 
 
     @admin.action(description="Archive selected schedules…", permissions=["operate_schedules"])
     def archive(self, request, queryset):
         """Asks first (a page listing them, as Django's delete does), then archives each through
-        runs.schedule_changes.archive_schedule, the API's and the portal's entry point (audited)."""
-        from runs.schedule_changes import archive_schedule
-
+        runs.actions.archive_schedule, the API's and the portal's entry point (audited)."""
         live = queryset.exclude(status=ScheduleStatus.ARCHIVED)
         if request.POST.get("post") != "yes":
             return TemplateResponse(request, "admin/schedules/archive_confirmation.html", {
@@ -163,7 +162,7 @@ class ScheduleAdmin(OperatorAdmin):
                 "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
                 "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             })
-        self._each(request, live, archive_schedule, "archived")
+        self._each(request, live, actions.archive_schedules, "archived")
         return None
 
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
-from scheduler_project.web.api.keylookup import find_key
+from scheduler_project.web.store import find_key
 from schedules.models import ApiKey, hash_api_key
 
 

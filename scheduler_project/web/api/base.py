@@ -11,7 +11,7 @@ parameters, so the document and the check cannot drift apart. And an empty value
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.views import APIView
 
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 
 
 def operation(**kwargs):

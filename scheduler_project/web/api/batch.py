@@ -1,7 +1,7 @@
 """POST /api/v1/schedules/batch: many schedules in one request (docs/api.md).
 
 Each item is exactly the body of `POST /api/v1/schedules` and is checked by the same serializer and
-the same service validation (runs.schedule_changes.create_schedules), quotas included; the valid
+the same service validation (runs.actions.create_schedules), quotas included; the valid
 items are stored together in one transaction, and the answer has one result per item, in order:
 201 with the new schedule's id, version and next run, or the status and error body the single
 create would have answered. The whole answer is 201 when every item was created, 207 when some
@@ -17,16 +17,16 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema_serializer, inl
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
-from runs import schedule_changes
-from scheduler_project.dbclock import request_now
-from scheduler_project.errors import ServiceError
+from runs import actions
+from scheduler_project.foundation.dbclock import request_now
+from scheduler_project.foundation.errors import ServiceError
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.errors import exception_handler
+from scheduler_project.web.api.idempotency import idempotent
 from scheduler_project.web.api.schedule_serializers import StrictSerializer, to_fields, validate_schedule
 from scheduler_project.web.api.schedules import BODY_ERRORS, IDEMPOTENCY_PARAM, actor, error_responses, owner_given
-from schedules.idempotency import idempotent
 
-MAX_ITEMS = schedule_changes.MAX_BATCH
+MAX_ITEMS = actions.MAX_BATCH
 
 
 @extend_schema_serializer(component_name="ScheduleBatchCreate")
@@ -101,8 +101,8 @@ class ScheduleBatchView(ApiView):
                     results[index] = _refused(exc, index)
                     continue
                 given.append((index, fields))
-            made = schedule_changes.create_schedules(request.user.tenant, [f for _, f in given], by=actor(request),
-                                                     now=request_now(request)) if given else []
+            made = actions.create_schedules(request.user.tenant, [f for _, f in given], by=actor(request),
+                                            now=request_now(request)) if given else []
             for (index, _), outcome in zip(given, made):
                 results[index] = _refused(outcome, index) if isinstance(outcome, ServiceError) else _created(outcome, index)
             created = sum(1 for r in results if r["status"] == 201)

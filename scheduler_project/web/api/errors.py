@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_handler
 
-from scheduler_project.errors import PayloadTooLarge, ServiceError, ValidationFailed
+from scheduler_project.foundation.errors import PayloadTooLarge, ServiceError, ValidationFailed
 from scheduler_project.web.bodylimit import limit_for
 from scheduler_project.web.unavailable import RETRY_AFTER_SECONDS, answer_body, database_unavailable
 from schedules import timeexpr

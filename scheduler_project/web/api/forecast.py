@@ -6,7 +6,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from dispatch import forecast
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.schedules import TEXT, error_responses
 

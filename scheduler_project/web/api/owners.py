@@ -10,11 +10,20 @@ from rest_framework.response import Response
 
 from dispatch import incidents
 from dispatch.models import Incident, IncidentPolicy, IncidentRule, IncidentState
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.schedule_serializers import StrictBooleanField, StrictCharField, StrictSerializer
-from scheduler_project.web.api.schedules import (BODY_ERRORS, PAGE_PARAMS, TEXT, actor, error_responses, page_of,
-                                                 parse_choices, require_empty_body, text_param)
+from scheduler_project.web.api.schedules import (
+    BODY_ERRORS,
+    PAGE_PARAMS,
+    TEXT,
+    actor,
+    error_responses,
+    page_of,
+    parse_choices,
+    require_empty_body,
+    text_param,
+)
 from scheduler_project.web.pagination import INCIDENT_PAGES
 from scheduler_project.web.params import parse_uuid
 from schedules.models import Schedule, WebhookFormat

@@ -4,13 +4,11 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
 
-from runs import services
+from runs import actions
 from runs.models import Run, RunState, with_history, with_spread
+from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.api.base import ApiView, operation
 from scheduler_project.web.api.run_serializers import RunOut
-from scheduler_project.errors import ValidationFailed
-from scheduler_project.web.pagination import RUN_PAGES
-from scheduler_project.web.params import parse_uuid
 from scheduler_project.web.api.schedules import (
     BODY_ERRORS,
     PAGE_PARAMS,
@@ -22,7 +20,8 @@ from scheduler_project.web.api.schedules import (
     parse_instant,
     require_empty_body,
 )
-
+from scheduler_project.web.pagination import RUN_PAGES
+from scheduler_project.web.params import parse_uuid
 
 
 def tenant_run(request, pk) -> Run:
@@ -91,7 +90,7 @@ class RunRetryView(ApiView):
     def post(self, request, pk):
         run = tenant_run(request, pk)
         require_empty_body(request)
-        return Response(run_json(services.retry_run(run, by=actor(request))))
+        return Response(run_json(actions.retry_run(run, by=actor(request))))
 
 
 class RunCancelView(ApiView):
@@ -106,4 +105,4 @@ class RunCancelView(ApiView):
     def post(self, request, pk):
         run = tenant_run(request, pk)
         require_empty_body(request)
-        return Response(run_json(services.cancel_run(run, by=actor(request))))
+        return Response(run_json(actions.cancel_run(run, by=actor(request))))

@@ -14,14 +14,21 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.settings import api_settings
 
+from scheduler_project.web.api.audit_shape import audit_value
+from scheduler_project.web.api.representation import compiled
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, ScheduleStatus
-from schedules.services import (MAX_CATCHUP_LIMIT, MAX_EXPRESSION, MAX_NAME, MAX_POLICY_SECONDS, MAX_URL,
-                                MIN_BACKOFF_SECONDS, TARGET_METHODS)
+from schedules.services import (
+    MAX_CATCHUP_LIMIT,
+    MAX_EXPRESSION,
+    MAX_NAME,
+    MAX_POLICY_SECONDS,
+    MAX_URL,
+    MIN_BACKOFF_SECONDS,
+    TARGET_METHODS,
+)
 from schedules.spread import MAX_SPREAD_SECONDS
 from schedules.targets import MAX_HEADER_VALUE, target_header_problems
 from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES
-from scheduler_project.web.api.audit_shape import audit_value
-from scheduler_project.web.api.representation import compiled
 
 # Instants outside this range are refused at the edge: nothing is scheduled before the epoch, and
 # far-future values only reach date arithmetic overflows deep in the rule engine.

@@ -10,19 +10,13 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_seri
 from rest_framework import serializers
 from rest_framework.response import Response
 
+from runs import actions
+from scheduler_project.foundation.dbclock import db_now, request_now
+from scheduler_project.foundation.errors import StaleVersion, ValidationFailed
 from scheduler_project.web.api.base import ApiView, operation
-
-from runs import schedule_changes
+from scheduler_project.web.api.idempotency import HEADER as IDEMPOTENCY_HEADER
+from scheduler_project.web.api.idempotency import idempotent
 from scheduler_project.web.api.run_serializers import RunOut
-from scheduler_project.web.clientaddr import client_address
-from scheduler_project.dbclock import db_now, request_now
-from scheduler_project.errors import StaleVersion, ValidationFailed
-from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
-from scheduler_project.web.params import parse_uuid
-from schedules import timeexpr
-from schedules.idempotency import HEADER as IDEMPOTENCY_HEADER
-from schedules.idempotency import idempotent
-from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
 from scheduler_project.web.api.schedule_serializers import (
     EARLIEST,
     LATEST,
@@ -47,12 +41,18 @@ from scheduler_project.web.api.schedule_serializers import (
     to_fields,
     validate_schedule,
 )
+from scheduler_project.web.clientaddr import client_address
+from scheduler_project.web.pagination import AUDIT_PAGES, KEY_PAGES, SCHEDULE_PAGES
+from scheduler_project.web.params import parse_uuid
+from schedules import timeexpr
+from schedules.models import ApiKey, AuditEntry, Schedule, ScheduleStatus
 from schedules.occurrences import upcoming
 from schedules.owners import owner_for
 from schedules.services import Actor, rule_for
 from schedules.tenants import create_api_key, revoke_api_key
+from schedules.timeexpr.types import DstRepeated, DstSkipped
 
-# --- shared by every API view (runs.api imports these) ---------------------------------------
+# --- shared by every API view (the other API modules import these) ---------------------------
 
 
 def actor(request) -> Actor:
@@ -224,7 +224,7 @@ class ScheduleListView(ApiView):
     def post(self, request):
         def create():
             data = validate_schedule(request.data)
-            schedule = schedule_changes.create_schedule(
+            schedule = actions.create_schedule(
                 request.user.tenant,
                 to_fields(data),
                 by=actor(request),
@@ -257,7 +257,7 @@ class ScheduleDetailView(ApiView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            schedule = schedule_changes.edit_schedule(
+            schedule = actions.edit_schedule(
                 schedule,
                 expected_version=data["expectedVersion"],
                 changes=to_fields(data),
@@ -281,7 +281,7 @@ class ScheduleDetailView(ApiView):
         responses={204: None, **error_responses(404)},
     )
     def delete(self, request, pk):
-        schedule_changes.archive_schedule(tenant_schedule(request, pk), by=actor(request))
+        actions.archive_schedule(tenant_schedule(request, pk), by=actor(request))
         return Response(status=204)
 
 
@@ -298,7 +298,7 @@ class ScheduleTriggerView(ApiView):
         require_empty_body(request)
 
         def trigger():
-            run = schedule_changes.trigger_schedule(schedule, by=actor(request))
+            run = actions.trigger_schedule(schedule, by=actor(request))
             return Response(RunOut(run).data, status=201)
 
         return idempotent(request, f"schedules.trigger:{schedule.id}", trigger)
@@ -315,7 +315,7 @@ class ScheduleBackfillView(ApiView):
         schedule = tenant_schedule(request, pk)
         body = BackfillIn(data=request.data)
         body.is_valid(raise_exception=True)
-        made = schedule_changes.backfill_schedule(
+        made = actions.backfill_schedule(
             schedule, start=body.validated_data["from"], end=body.validated_data["to"], by=actor(request)
         )
         return Response({"runs": made}, status=202)
@@ -361,7 +361,8 @@ class ExpressionPreviewView(ApiView):
         try:
             rule = timeexpr.parse(
                 data["expression"], data["timeZone"], anchor=anchor,
-                dst_policy=timeexpr.DstPolicy(policy.get("skipped", "next_valid"), policy.get("repeated", "earlier")),
+                dst_policy=timeexpr.DstPolicy(policy.get("skipped", DstSkipped.NEXT_VALID),
+                                              policy.get("repeated", DstRepeated.EARLIER)),
             )
             occs = timeexpr.preview(rule, after, data.get("count", 10))  # bounded: over budget is a 400
         except timeexpr.ExpressionError as e:

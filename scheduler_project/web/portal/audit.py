@@ -1,9 +1,9 @@
 """The audit log: who did what, when, from where, to which object; scoped like everything else."""
 
 from scheduler_project.web.access import can, is_operator, portal_view, scope, visible_tenants
-from schedules.models import AuditEntry
 from scheduler_project.web.pagination import AUDIT_PAGES
 from scheduler_project.web.portal.common import FilterProblems, keyset_page, render_view
+from schedules.models import AuditEntry
 
 
 @portal_view

@@ -6,11 +6,11 @@ from datetime import datetime, timezone
 from django.contrib import messages
 from django.shortcuts import render
 
-from scheduler_project.errors import ServiceError, ValidationFailed
+from scheduler_project.foundation.errors import ServiceError, ValidationFailed
 from scheduler_project.web.api.schedule_serializers import EARLIEST, LATEST
 from scheduler_project.web.pagination import Keyset, Page
-from schedules import timeexpr
 from scheduler_project.web.params import parse_uuid  # noqa: F401  (the portal's views import it from here)
+from schedules import timeexpr
 
 PAGE_SIZE = 50
 

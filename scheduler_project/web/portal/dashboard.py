@@ -9,7 +9,7 @@ from dispatch.activity import counted_up_to
 from dispatch.activity_figures import attempt_figures, failing_targets
 from runs import retention, stats
 from runs.models import RetentionPolicy
-from scheduler_project.dbreplication import replication_status
+from scheduler_project.foundation.dbreplication import replication_status
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
 from scheduler_project.web.portal import charts
 from scheduler_project.web.portal.display import TimePrefs

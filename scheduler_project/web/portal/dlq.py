@@ -1,8 +1,9 @@
 """The dead-letter queue: dead runs grouped by schedule and error, with bulk retry (dead runs)
 and bulk cancel (runs still retrying), over a selection or the current filter.
 
-Each bulk action first shows how many runs it will touch, then loops the single-run service,
-one transaction per run, so one run that changed state meanwhile is reported, not fatal."""
+Each bulk action first shows how many runs it will touch, then applies its bulk form
+(runs.actions.retry_runs, cancel_runs): one transaction per run, so one run that changed state
+meanwhile is reported, not fatal."""
 
 from dataclasses import dataclass
 
@@ -14,14 +15,20 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from runs import services
+from runs import actions
 from runs.models import Run, RunState
-from schedules.models import Schedule
-from scheduler_project.web.portal.runs import filter_problems, run_filters, runs_page, _tenant_ids_for_merge
-from scheduler_project.web.access import actor_for, is_operator, operable_tenant_ids, portal_view, scope, visible_tenants
-from scheduler_project.errors import ServiceError
+from scheduler_project.web.access import (
+    actor_for,
+    is_operator,
+    operable_tenant_ids,
+    portal_view,
+    scope,
+    visible_tenants,
+)
 from scheduler_project.web.portal.common import parse_uuid, render_view
 from scheduler_project.web.portal.display import plural
+from scheduler_project.web.portal.runs import _tenant_ids_for_merge, filter_problems, run_filters, runs_page
+from schedules.models import Schedule
 
 # A bulk action over a filter touches at most this many runs; a bigger set is done in steps, so
 # no click starts an unbounded loop at 3 a.m.
@@ -38,8 +45,8 @@ VIEWS = {
     "retrying": {"state": RunState.READY, "generation__gt": 0},
 }
 ACTIONS = {
-    "retry": (services.retry_run, services.RETRYABLE_FROM, "retried"),
-    "cancel": (services.cancel_run, services.CANCELABLE_FROM, "canceled"),
+    "retry": (actions.retry_runs, actions.RETRYABLE_FROM, "retried"),
+    "cancel": (actions.cancel_runs, actions.CANCELABLE_FROM, "canceled"),
 }
 
 
@@ -168,7 +175,7 @@ def dlq_action(request):
         # Never "every run" in place of a filter that could not be read.
         messages.error(request, f"Nothing was done: {'; '.join(problems.values())}.")
         return redirect(reverse("runs-dlq") + "?" + urlencode({"view": view_name}))
-    service, states, done_word = ACTIONS[action]
+    bulk, states, done_word = ACTIONS[action]
     targets = _targets(request, view_name, action)
     ids = list(targets.values_list("id", flat=True)[: BULK_LIMIT + 1])
     more = len(ids) > BULK_LIMIT
@@ -178,14 +185,8 @@ def dlq_action(request):
             "action": action, "count": len(ids), "more": more, "states": states, "view": view_name, "back": back,
             "post": request.POST, "selected": request.POST.getlist("ids"), "bulk_limit": BULK_LIMIT,
         }, partial="confirm")
-    by = actor_for(request)
-    done, refused = 0, []
-    for run in Run.objects.filter(id__in=ids):
-        try:
-            service(run, by=by)
-            done += 1
-        except ServiceError as e:
-            refused.append(e.message)
+    result = bulk(Run.objects.filter(id__in=ids), by=actor_for(request))
+    done, refused = len(result.done), [message for _, message in result.refused]
     msg = f"{done_word.capitalize()} {plural(done, 'run')}."
     if refused:
         msg += (f" {plural(len(refused), 'run')} changed state meanwhile and {'was' if len(refused) == 1 else 'were'}"

@@ -9,16 +9,23 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_POST
 
 from dispatch import forecast as fc
-from runs import schedule_changes
-from scheduler_project.errors import ServiceError
-from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require,
-                                          visible_tenant_ids)
-from scheduler_project.web.portal.charts import BOTTOM, H, LEFT, RIGHT, TOP, W, _count, _nice_max
+from runs import actions
+from scheduler_project.foundation.errors import ServiceError
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    portal_view,
+    require,
+    visible_tenant_ids,
+)
+from scheduler_project.web.portal.charts import BOTTOM, LEFT, RIGHT, TOP, H, W, _count, _nice_max
 from scheduler_project.web.portal.common import parse_uuid, render_view, service_message
 from scheduler_project.web.portal.display import TimePrefs, format_in
 from schedules.models import Tenant
@@ -82,14 +89,14 @@ def _shaping(request, tenants_visible, f, tz):
     if not (values["window"].isascii() and values["window"].isdigit()):
         return {"v": values, "error": "give the spread window as a whole number of seconds"}
     window = int(values["window"])
-    selected = schedule_changes.schedules_for_spread(tenant, host=values["host"] or None,
-                                                     expression=values["expression"] or None)
-    too_many = len(selected) > schedule_changes.MAX_BULK_SPREAD
+    selected = actions.schedules_for_spread(tenant, host=values["host"] or None,
+                                            expression=values["expression"] or None)
+    too_many = len(selected) > actions.MAX_BULK_SPREAD
     ids = frozenset(str(s.id) for s in selected)
     after = fc.forecast(tenant_ids=[tenant.id], respread=(ids, window))
     before = fc.forecast(tenant_ids=[tenant.id])
     return {"v": values, "tenant": tenant, "window": window, "selected": len(selected), "too_many": too_many,
-            "max": schedule_changes.MAX_BULK_SPREAD, "before_peak": before.peak(), "after_peak": after.peak(),
+            "max": actions.MAX_BULK_SPREAD, "before_peak": before.peak(), "after_peak": after.peak(),
             "after": after, "can_apply": can(request.user, "operate_schedules", tenant.id) and not too_many,
             "chart": forecast_chart("hour", after.tiers["hour"], tz)}
 
@@ -109,10 +116,10 @@ def forecast_spread(request):
     if (host and fc.host_problem(host)) or (expression and "\x00" in expression):
         messages.error(request, fc.host_problem(host or "") if host else "an expression cannot contain NUL")
         return redirect("dispatch-forecast")
-    selected = schedule_changes.schedules_for_spread(tenant, host=host, expression=expression)
+    selected = actions.schedules_for_spread(tenant, host=host, expression=expression)
     try:
-        out = schedule_changes.spread_schedules(tenant, selected, int(raw), by=actor_for(request),
-                                                selection={"host": host, "expression": expression})
+        out = actions.spread_schedules(tenant, selected, int(raw), by=actor_for(request),
+                                       selection={"host": host, "expression": expression})
     except ServiceError as e:
         messages.error(request, service_message(e))
         return redirect("dispatch-forecast")

@@ -8,9 +8,17 @@ from django.views.decorators.http import require_POST
 
 from dispatch import incidents
 from dispatch.models import Incident, IncidentRule, IncidentState
-from runs.schedule_changes import edit_schedule
-from scheduler_project.web.access import actor_for, can, get_scoped, is_operator, portal_view, require, scope, \
-    visible_tenants
+from runs.actions import edit_schedule
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    portal_view,
+    require,
+    scope,
+    visible_tenants,
+)
 from scheduler_project.web.pagination import INCIDENT_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, render_view
 from schedules.models import Owner, Schedule
@@ -82,7 +90,7 @@ def owner_detail(request, pk):
 @portal_view
 def schedule_owner(request, pk):
     """Choose a schedule's owner: a page of its own (GET the form, POST the change), which goes
-    through runs.schedule_changes.edit_schedule like every schedule change (audited, no version)."""
+    through runs.actions.edit_schedule like every schedule change (audited, no version)."""
     schedule = get_scoped(Schedule.objects.select_related("tenant", "owner"), request.user, id=pk)
     owners = list(Owner.objects.filter(tenant_id=schedule.tenant_id))
     if request.method == "POST":

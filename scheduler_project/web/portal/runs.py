@@ -1,22 +1,40 @@
 """Run pages: the list (filtered, keyset-paginated, never counted) and the detail with its
-attempt timeline and evidence; retry and cancel call `runs.services`."""
+attempt timeline and evidence; retry and cancel call `runs.actions`."""
 
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from runs import services
+from runs import actions
 from runs.models import TERMINAL_STATES, Run, RunState, with_history
-from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, portal_view, require, scope,
-                                          visible_tenant_ids, visible_tenants)
-from schedules.models import Schedule
-from scheduler_project.errors import ValidationFailed
+from scheduler_project.foundation.errors import ValidationFailed
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    portal_view,
+    require,
+    scope,
+    visible_tenant_ids,
+    visible_tenants,
+)
 from scheduler_project.web.pagination import RUN_PAGES, Page
 from scheduler_project.web.portal import common
+from scheduler_project.web.portal.common import (
+    Confirm,
+    FilterProblems,
+    call_service,
+    confirm_response,
+    confirmed,
+    keyset_page,
+    parse_uuid,
+    parse_when,
+    render_view,
+)
 from scheduler_project.web.portal.display import headers_shown
-from scheduler_project.web.portal.common import (Confirm, FilterProblems, call_service, confirm_response, confirmed, keyset_page,
-                                                 parse_uuid, parse_when, render_view)
+from schedules.models import Schedule
 
 # With more tenants than this in view, the per-tenant merge below stops paying for itself.
 MERGE_MAX_TENANTS = 100
@@ -116,8 +134,8 @@ def _detail_context(request, run, **extra):
         "run": run,
         "attempts": run.attempt_list[::-1],
         "live": run.state not in TERMINAL_STATES,
-        "can_retry": run.state in services.RETRYABLE_FROM and can_operate,
-        "can_cancel": run.state in services.CANCELABLE_FROM and can_operate,
+        "can_retry": run.state in actions.RETRYABLE_FROM and can_operate,
+        "can_cancel": run.state in actions.CANCELABLE_FROM and can_operate,
         "is_operator": is_operator(request.user),
         "start_lag": (run.first_started_at - run.scheduled_time).total_seconds() if run.first_started_at else None,
         "headers": headers_shown(run.version.target_headers, can(request.user, "operate_schedules", run.tenant_id)),
@@ -157,7 +175,7 @@ def _run_action(service, success, *, confirm=None):
         run = _load(request, pk)
         require(request.user, "operate_runs", run.tenant_id)
         # A run the service would refuse (already ended) gets its message at once, not a question.
-        if confirm and not confirmed(request) and run.state in services.CANCELABLE_FROM:
+        if confirm and not confirmed(request) and run.state in actions.CANCELABLE_FROM:
             return confirm_response(request, confirm(run), template="runs/detail.html", partial="live",
                                     context=_detail_context(request, run, live=False))
         call_service(request, service, run, by=actor_for(request), success=success)
@@ -168,6 +186,6 @@ def _run_action(service, success, *, confirm=None):
     return view
 
 
-run_retry = _run_action(services.retry_run, "Retried: the run is ready now and keeps its id (idempotency key).")
-run_cancel = _run_action(services.cancel_run, "Canceled. A worker holding it abandons the call at its next heartbeat.",
+run_retry = _run_action(actions.retry_run, "Retried: the run is ready now and keeps its id (idempotency key).")
+run_cancel = _run_action(actions.cancel_run, "Canceled. A worker holding it abandons the call at its next heartbeat.",
                          confirm=_cancel_confirm)

@@ -1,7 +1,7 @@
 """Creating and editing a schedule in the portal, with a live preview of the expression.
 
 The form is plain HTML: a person types the rule, target, headers (one "Name: value" a line) and
-payload (JSON); `runs.schedule_changes.create_schedule` / `edit_schedule` check every value, as
+payload (JSON); `runs.actions.create_schedule` / `edit_schedule` check every value, as
 for the API, and their field errors are shown next to the fields. The preview panel asks
 `expression_preview` as you type (htmx, `keyup changed delay:300ms`); it uses the time engine's
 own preview with its budgets, so an expression too expensive to evaluate shows the engine's
@@ -24,22 +24,34 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import ParseError
 
-from runs import schedule_changes
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import EditConflict, PayloadTooLarge, ServiceError, StaleVersion, ValidationFailed
-from scheduler_project.web.api.errors import check_json_value
+from runs import actions
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import (
+    EditConflict,
+    PayloadTooLarge,
+    ServiceError,
+    StaleVersion,
+    ValidationFailed,
+)
 from scheduler_project.web.access import actor_for, get_scoped, operable_tenant_ids, portal_view, require, scope
+from scheduler_project.web.api.errors import check_json_value
 from scheduler_project.web.portal.common import parse_uuid, parse_when, render_view
 from scheduler_project.web.portal.display import TimePrefs
 from scheduler_project.web.textinput import long_value_limit
 from schedules import timeexpr
 from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, Tenant
-from schedules.services import (TARGET_METHODS, VERSIONED_DEFAULTS, default_timeout_seconds, validate_fields,
-                                version_fields)
+from schedules.services import (
+    TARGET_METHODS,
+    VERSIONED_DEFAULTS,
+    default_timeout_seconds,
+    validate_fields,
+    version_fields,
+)
+from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES, DstRepeated, DstSkipped
 
 PREVIEW_COUNT = 10
-DST_SKIPPED = ("next_valid", "shift", "skip")
-DST_REPEATED = ("earlier", "later", "both")
+DST_SKIPPED = SKIPPED_CHOICES
+DST_REPEATED = REPEATED_CHOICES
 INTS = {
     "target_timeout_seconds": "Timeout",
     "max_attempts": "Attempts",
@@ -194,7 +206,7 @@ def preview(expression: str, time_zone: str, dst_skipped: str, dst_repeated: str
 
 def _preview_context(values: dict) -> dict:
     occurrences, error = preview(values.get("expression", ""), values.get("time_zone", ""),
-                                 values.get("dst_skipped", "next_valid"), values.get("dst_repeated", "earlier"),
+                                 values.get("dst_skipped", DstSkipped.NEXT_VALID), values.get("dst_repeated", DstRepeated.EARLIER),
                                  values.get("start_at"))
     return {"occurrences": occurrences, "preview_error": error, "preview_zone": values.get("time_zone") or "UTC",
             "previewed": bool(values.get("expression", "").strip())}
@@ -261,8 +273,8 @@ def schedule_create(request):
                            status=400 if errors else 200)
     require(request.user, "operate_schedules", tenant.id)
     try:
-        schedule = schedule_changes.create_schedule(tenant, given, by=actor_for(request),
-                                                    enabled=not request.POST.get("paused"), now=db_now())
+        schedule = actions.create_schedule(tenant, given, by=actor_for(request),
+                                           enabled=not request.POST.get("paused"), now=db_now())
     except ServiceError as e:
         return render_view(request, "schedules/form.html", _form_context(request, values, service_errors(e), **ctx),
                            status=400)
@@ -397,8 +409,8 @@ def schedule_edit(request, pk):
                            status=400 if errors else 200)
     try:
         # merge: the form posts every field; a stale form writes only what its editor changed.
-        schedule = schedule_changes.edit_schedule(schedule, expected_version=expected, changes=given,
-                                                  by=actor_for(request), merge=True)
+        schedule = actions.edit_schedule(schedule, expected_version=expected, changes=given,
+                                         by=actor_for(request), merge=True)
     except EditConflict as e:
         current = Schedule.objects.select_related("current").get(id=schedule.id).current
         values, errors, conflicts = _conflict_context(e, given, version_fields(current), current.created_by)

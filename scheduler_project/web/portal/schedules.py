@@ -1,6 +1,6 @@
 """Schedule pages: list (with each schedule's recent outcomes), detail (versions, next occurrences,
 recent runs, outcome history) and the actions pause, resume, trigger now and backfill, each calling
-`runs.schedule_changes`. Creating and editing are in schedule_form.py."""
+`runs.actions`. Creating and editing are in schedule_form.py."""
 
 
 from django.contrib import messages
@@ -12,14 +12,34 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from dispatch.models import ScheduleActivity
-from runs import schedule_changes
+from runs import actions
 from runs.models import TERMINAL_STATES, Run
-from scheduler_project.errors import ServiceError
-from scheduler_project.web.access import (actor_for, can, get_scoped, is_operator, operable_tenant_ids, portal_view,
-                                          require, scope, visible_tenants)
+from scheduler_project.foundation.errors import ServiceError
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    is_operator,
+    operable_tenant_ids,
+    portal_view,
+    require,
+    scope,
+    visible_tenants,
+)
 from scheduler_project.web.pagination import SCHEDULE_PAGES
-from scheduler_project.web.portal.common import (WHEN_RANGE_TEXT, Confirm, FilterProblems, call_service, confirm_response, confirmed,
-                                                 keyset_page, parse_uuid, parse_when, render_view, service_message)
+from scheduler_project.web.portal.common import (
+    WHEN_RANGE_TEXT,
+    Confirm,
+    FilterProblems,
+    call_service,
+    confirm_response,
+    confirmed,
+    keyset_page,
+    parse_uuid,
+    parse_when,
+    render_view,
+    service_message,
+)
 from scheduler_project.web.portal.display import headers_shown, plural, schedule_figures
 from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus
@@ -173,18 +193,18 @@ def _action(service, success, *, confirm: str | None = None):
     return view
 
 
-schedule_pause = _action(schedule_changes.pause_schedule,
+schedule_pause = _action(actions.pause_schedule,
                          lambda s: "Paused. Runs that had not started were canceled; nothing new will be made.",
                          confirm="pause")
-schedule_resume = _action(schedule_changes.resume_schedule,
+schedule_resume = _action(actions.resume_schedule,
                           lambda s: "Resumed. The paused interval is not replayed (use a backfill for that).")
 schedule_archive = _action(
-    schedule_changes.archive_schedule,
+    actions.archive_schedule,
     lambda s: "Archived. Runs that had not started were canceled; nothing new will be made. The history is kept.",
     confirm="archive",
 )
 schedule_trigger = _action(
-    schedule_changes.trigger_schedule,
+    actions.trigger_schedule,
     lambda run: format_html('Triggered: run <a href="{}">{}</a> is ready now.', reverse("runs-detail", args=[run.id]), run.id),
     confirm="trigger",
 )
@@ -213,13 +233,13 @@ def schedule_backfill(request, pk):
         return render_view(request, "schedules/backfill.html", ctx, partial="plan", status=400)
     if request.POST.get("confirm") != "yes":
         try:
-            todo, total = schedule_changes.plan_backfill(schedule, start, end)
+            todo, total = actions.plan_backfill(schedule, start, end)
         except (ServiceError, timeexpr.ExpressionError) as e:
             messages.error(request, service_message(e) if isinstance(e, ServiceError) else str(e))
             return render_view(request, "schedules/backfill.html", ctx, partial="plan", status=400)
         ctx["plan"] = {"create": len(todo), "total": total, "existing": total - len(todo), "sample": todo[:10]}
         return render_view(request, "schedules/backfill.html", ctx, partial="plan")
-    ok, made = call_service(request, schedule_changes.backfill_schedule, schedule, start=start, end=end,
+    ok, made = call_service(request, actions.backfill_schedule, schedule, start=start, end=end,
                             by=actor_for(request))
     if ok:
         messages.success(request, f"Backfill made {plural(made, 'run')}, ready now.")

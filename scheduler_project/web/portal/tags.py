@@ -5,7 +5,9 @@ from datetime import timedelta
 from django import template
 from django.utils.html import format_html
 
+from runs.queue import idle_holding
 from scheduler_project.web.portal import display
+from scheduler_project.web.portal.charts import sparkline as draw
 from schedules.spread import describe
 
 register = template.Library()
@@ -82,8 +84,6 @@ def change_lines(entry):
 
 @register.simple_tag(takes_context=True)
 def sparkline(context, figures):
-    from scheduler_project.web.portal.charts import sparkline as draw
-
     if not figures:
         return ""
     return draw(figures.outcomes, _prefs(context).zone_for(None))
@@ -104,8 +104,6 @@ def value_text(value):
 def in_flight_limit(max_in_flight, long=False):
     """A tenant's effective in-flight limit: its explicit cap (across the fleet), or the default
     share of each worker's slots (runs.queue.idle_holding: a worker of the configured size)."""
-    from runs.queue import idle_holding
-
     if max_in_flight is not None:
         return f"{max_in_flight} across the fleet (set for this tenant)" if long else str(max_in_flight)
     h = idle_holding()
@@ -119,8 +117,6 @@ def in_flight_limit(max_in_flight, long=False):
 def target_limit(max_concurrency):
     """A target prefix's effective budget: its explicit one (across the fleet), or the default
     target share of each worker's slots."""
-    from runs.queue import idle_holding
-
     return str(max_concurrency) if max_concurrency is not None else f"default: {idle_holding().host_cap} / worker"
 
 

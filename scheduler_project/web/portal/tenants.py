@@ -9,8 +9,18 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from runs import retention
-from scheduler_project.web.access import (actor_for, can, get_scoped, has_operator_permission, is_operator,
-                                          member_role, operator_only, portal_view, require, visible_tenants)
+from scheduler_project.web.access import (
+    actor_for,
+    can,
+    get_scoped,
+    has_operator_permission,
+    is_operator,
+    member_role,
+    operator_only,
+    portal_view,
+    require,
+    visible_tenants,
+)
 from scheduler_project.web.portal.common import Confirm, call_service, confirm_response, confirmed, render_view
 from scheduler_project.web.portal.webhooks import webhook_address_check
 from schedules import services as schedule_services

@@ -2,8 +2,19 @@
 
 from django.urls import path
 
-from scheduler_project.web.portal import (audit, dashboard, dlq, forecast, incidents, preferences, runs, schedule_form, schedules,
-                                          tenants, workers)
+from scheduler_project.web.portal import (
+                                          audit,
+                                          dashboard,
+                                          dlq,
+                                          forecast,
+                                          incidents,
+                                          preferences,
+                                          runs,
+                                          schedule_form,
+                                          schedules,
+                                          tenants,
+                                          workers,
+)
 
 urlpatterns = [
     path("", dashboard.dashboard, name="runs-dashboard"),

@@ -24,7 +24,7 @@ from django_htmx.http import HttpResponseStopPolling
 from dispatch.models import WorkerStat
 from runs.models import Run, RunState
 from runs.queue import idle_holding
-from scheduler_project.dbclock import db_now
+from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.access import is_operator, portal_view, visible_tenant_ids
 from scheduler_project.web.portal.common import render_view
 from schedules.models import TargetPrefix, Tenant

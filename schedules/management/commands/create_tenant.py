@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from scheduler_project.errors import ServiceError
+from scheduler_project.foundation.errors import ServiceError
 from schedules.services import Actor
 from schedules.tenants import UNCHANGED, create_tenant, update_tenant_settings
 

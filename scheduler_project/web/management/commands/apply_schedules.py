@@ -7,7 +7,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.schedule_apply import Action, apply_set
-from scheduler_project.errors import ServiceError, ValidationFailed
+from scheduler_project.foundation.errors import ServiceError, ValidationFailed
 from scheduler_project.web.schedule_set import declared_from_files
 from schedules.models import Tenant
 from schedules.services import Actor

@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework.response import Response
 
-from schedules.models import IdempotencyRecord
+from scheduler_project.web.models import IdempotencyRecord
 
 HEADER = "Idempotency-Key"
 

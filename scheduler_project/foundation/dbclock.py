@@ -18,5 +18,5 @@ def db_now() -> datetime:
 
 def request_now(request) -> datetime:
     """The database clock at this API request's arrival, read by the API key lookup
-    (keylookup.find_key) in its statement: one round trip fewer on a create."""
+    (scheduler_project.web.store.find_key) in its statement: one round trip fewer on a create."""
     return getattr(request, "db_now", None) or db_now()

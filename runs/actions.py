@@ -1,15 +1,17 @@
-"""Every change to a schedule's life: create, edit, pause, resume, archive, trigger now, backfill.
+"""Every change a person or a client asks for: create, edit, pause, resume, archive, trigger now
+and backfill a schedule; retry and cancel a run; and their bulk forms. The API, the portal, the
+admin and the commands call these, and nothing else writes what they write.
 
 Which module owns which change:
-- here, `runs.schedule_changes`: everything that changes a schedule or makes runs for it on
-  request. Each is the one entry point for its change (the API, the portal, the admin and the
-  commands call these); each takes the schedule row lock first, the lock the scanner takes, so
-  none races a scan of the same schedule; and one that ends a version's run of occurrences also
-  cancels or records that version's runs.
-- `schedules.services`: the schedule-row helpers these use (validating fields, writing a new
-  version, the audit log), which know nothing of runs; `schedules.tenants`: tenants, their target
-  allowlists, webhooks and API keys.
-- `runs.services`: manual run transitions (retry, cancel); `runs.queue`: the loops' batches.
+- here, `runs.actions`: every requested change. Each is the one entry point for its change; a
+  schedule change takes the schedule row lock first, the lock the scanner takes, so none races a
+  scan of the same schedule, and one that ends a version's run of occurrences also cancels or
+  records that version's runs. Each writes through the store (`runs.store`, its
+  `RequestedChanges` methods), never with the ORM itself.
+- `runs.queue`: every change a loop makes (scanner, claims, results, reconciler), in batches.
+- `schedules.services`: the schedule helpers these use (validating fields, quotas, the audit log),
+  which know nothing of runs; `schedules.tenants`: tenants, their target allowlists, webhooks and
+  API keys.
 """
 
 import uuid
@@ -21,16 +23,15 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import prefetch_related_objects
 
-from runs.decisions import MAX_OCCURRENCES_PER_PASS, build_run, manual_occurrence
-from runs.models import Reason, Run, RunKind, RunState
-from runs.queue import insert_runs
-from runs.services import cancel_unstarted
+from runs.decisions import MAX_OCCURRENCES_PER_PASS, build_run, event, manual_occurrence
+from runs.models import EventKind, Reason, Run, RunKind, RunState
+from runs.queue import insert_runs, release_buffered
 from runs.store import store
-from scheduler_project.dbclock import db_now
-from scheduler_project.errors import Conflict, EditConflict, ServiceError, StaleVersion, ValidationFailed
-from scheduler_project.notify import SCHEDULES_CHANNEL, notify
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import Conflict, EditConflict, ServiceError, StaleVersion, ValidationFailed
+from scheduler_project.foundation.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
-from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
+from schedules.models import AuditAction, AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
 from schedules.occurrences import ONE_US, walk
 from schedules.services import (
     VERSIONED_DEFAULTS,
@@ -38,19 +39,17 @@ from schedules.services import (
     anchor_for,
     audit,
     audit_entry,
+    check_quotas,
     first_run_at,
     jsonable,
-    new_version,
-    check_quotas,
     quota_locks,
     quota_refusals,
     rule_for,
     validate_fields,
     version_fields,
     with_spread_offset,
-    write_new_version,
 )
-
+from schedules.targets import target_host
 
 # An owner argument not given: create takes the tenant's default owner, edit leaves it.
 UNSET = object()
@@ -97,7 +96,7 @@ def _created_entry(schedule: Schedule, fields: dict, *, tenant: Tenant, by: Acto
     after = jsonable(fields)
     if schedule.owner_id:
         after["owner_id"] = str(schedule.owner_id)
-    return audit_entry("schedule.create", by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant,
+    return audit_entry(AuditAction.SCHEDULE_CREATE, by=by, obj_type="schedule", obj_id=schedule.id, tenant=tenant,
                        after=after)
 
 
@@ -295,44 +294,75 @@ def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bo
     return schedule
 
 
+def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: datetime) -> ScheduleVersion:
+    """Append version N+1 with `changed` applied to the current fields; the caller holds the
+    schedule row lock and has checked expectedVersion."""
+    before = version_fields(schedule.current)
+    fields = {**before, **changed}
+    rule = validate_fields(schedule.tenant, fields, now=now, schedule=schedule)
+    diff = {k: [jsonable({k: before[k]})[k], jsonable({k: fields[k]})[k]] for k in changed if before[k] != fields[k]}
+    version = ScheduleVersion(schedule=schedule, version=schedule.version + 1, created_by=by.name, changes=diff,
+                              **with_spread_offset(fields, schedule.id))
+    schedule.name = fields["name"]
+    schedule.anchor_at = anchor_for(fields, schedule.created_at)
+    # The rule may have changed its anchor (startAt): recompute the rule against it.
+    rule = rule_for(version, schedule.anchor_at)
+    # The new version starts from the moment of the edit: its first occurrence is the first
+    # instant after now (and at or after startAt), never one the old version already covered.
+    # A paused schedule gets its next instant when it is resumed.
+    schedule.next_run_at = first_run_at(rule, fields, after=now) if schedule.enabled else None
+    if schedule.enabled and schedule.status != ScheduleStatus.ARCHIVED:
+        if schedule.next_run_at is None:
+            # e.g. endAt moved into the past, or an at() edited to a past time: nothing will fire.
+            if schedule.status != ScheduleStatus.COMPLETED:
+                schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
+        else:
+            schedule.status, schedule.completed_at = ScheduleStatus.ACTIVE, None
+    store().insert_version(schedule, version)
+    audit(
+        AuditAction.SCHEDULE_EDIT,
+        by=by,
+        obj_type="schedule",
+        obj_id=schedule.id,
+        tenant=schedule.tenant,
+        before=jsonable(before),
+        after=jsonable(fields),
+    )
+    return version
+
+
 def _set_owner(schedule: Schedule, owner, *, by: Actor) -> None:
     new_id = _owner_id(schedule.tenant, owner)
     if new_id == schedule.owner_id:
         return
     before = {"owner": schedule.owner.slug if schedule.owner_id else None}
-    Schedule.objects.filter(id=schedule.id).update(owner_id=new_id)
+    store().set_schedule_owner(schedule.id, new_id)
     schedule.owner = owner
-    audit("schedule.owner", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_OWNER, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before=before, after={"owner": owner.slug if owner else None})
 
 
 def _pause(schedule: Schedule, *, by: Actor, now: datetime) -> None:
     _record_unmaterialised(schedule, now=now, reason=Reason.PAUSED)
-    schedule.enabled = False
-    schedule.paused_at = now
-    schedule.next_run_at = None
-    schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "updated_at"])
+    store().pause_schedule(schedule, now=now)
     canceled = cancel_unstarted(schedule.id, reason=Reason.PAUSED)
-    audit("schedule.pause", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_PAUSE, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before={"enabled": True}, after={"enabled": False, "canceledRuns": canceled})
 
 
 def _resume(schedule: Schedule, *, by: Actor, now: datetime) -> None:
     """The next occurrence is computed from the moment of resume: the paused interval is not
     replayed (a backfill does that on purpose)."""
-    schedule.enabled = True
-    schedule.paused_at = None
+    next_at = schedule.next_run_at
     if schedule.status == ScheduleStatus.ACTIVE:
         try:
             rule = rule_for(schedule.current, schedule.anchor_at)
-            schedule.next_run_at = first_run_at(rule, version_fields(schedule.current), after=now)
+            next_at = first_run_at(rule, version_fields(schedule.current), after=now)
         except timeexpr.ExpressionError as e:
             raise ValidationFailed({"expression": [f"cannot resume: {e}; edit the expression first"]})
-        if schedule.next_run_at is None:
-            schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
-    schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "status", "completed_at", "updated_at"])
+    store().resume_schedule(schedule, next_run_at=next_at, completed_at=now)
     notify(SCHEDULES_CHANNEL)
-    audit("schedule.resume", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_RESUME, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before={"enabled": False}, after={"enabled": True, "nextRunAt": schedule.next_run_at and schedule.next_run_at.isoformat()})
 
 
@@ -362,12 +392,9 @@ def archive_schedule(schedule, *, by: Actor) -> Schedule:
         return schedule
     now = db_now()
     _record_unmaterialised(schedule, now=now, reason=Reason.ARCHIVED)
-    schedule.status = ScheduleStatus.ARCHIVED
-    schedule.archived_at = now
-    schedule.next_run_at = None
-    schedule.save(update_fields=["status", "archived_at", "next_run_at", "updated_at"])
+    store().archive_schedule(schedule, now=now)
     canceled = cancel_unstarted(schedule.id, reason=Reason.ARCHIVED)
-    audit("schedule.archive", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_ARCHIVE, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           after={"canceledRuns": canceled})
     return schedule
 
@@ -384,7 +411,7 @@ def trigger_schedule(schedule, *, by: Actor) -> Run:
     made = insert_runs([triple])
     if not made:
         raise Conflict("a run for this instant already exists; try again")
-    audit("schedule.trigger", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_TRIGGER, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           after={"runId": str(made[0].id)})
     return made[0]
 
@@ -434,7 +461,7 @@ def backfill_schedule(schedule, *, start: datetime, end: datetime, by: Actor) ->
         for o in todo
     ]
     made = insert_runs(triples)
-    audit("schedule.backfill", by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
+    audit(AuditAction.SCHEDULE_BACKFILL, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           after={"from": start.isoformat(), "to": end.isoformat(), "runs": len(made)})
     return len(made)
 
@@ -451,8 +478,6 @@ def schedules_for_spread(tenant: Tenant, *, host: str | None = None, expression:
     """A tenant's active schedules, optionally only those calling one target host ("host:port")
     and/or with one expression (as written), in id order: the selection of a bulk spread. At most
     MAX_BULK_SPREAD + 1 are read, so a caller can tell a selection that is too large."""
-    from schedules.targets import target_host
-
     qs = Schedule.objects.filter(tenant=tenant, status=ScheduleStatus.ACTIVE).select_related("current")
     if expression:
         qs = qs.filter(current__expression=expression)
@@ -491,7 +516,105 @@ def spread_schedules(tenant: Tenant, schedules: list, window: int, *, by: Actor,
             refused[str(s.id)] = " ".join(e.errors.get("spreadSeconds") or [str(e)])
         except (StaleVersion, Conflict) as e:
             refused[str(s.id)] = e.message
-    audit("schedule.bulk_spread", by=by, obj_type="tenant", obj_id=tenant.id, tenant_id=tenant.id,
+    audit(AuditAction.SCHEDULE_BULK_SPREAD, by=by, obj_type="tenant", obj_id=tenant.id, tenant_id=tenant.id,
           after={"spreadSeconds": window, "selection": selection or {}, "changed": len(changed),
                  "unchanged": unchanged, "refused": refused, "schedules": changed})
     return {"changed": changed, "refused": refused, "unchanged": unchanged}
+
+
+# --- runs: retry and cancel ----------------------------------------------------------------------
+
+RETRYABLE_FROM = (RunState.DEAD, RunState.CANCELED)
+CANCELABLE_FROM = (RunState.READY, RunState.LEASED)
+
+
+def _locked_run(run_or_id) -> Run:
+    run_id = getattr(run_or_id, "id", run_or_id)
+    return Run.objects.select_for_update().get(id=run_id)
+
+
+@transaction.atomic
+def retry_run(run, *, by: Actor) -> Run:
+    """dead | canceled -> ready now. Keeps the run id (the idempotency key); the next attempt gets
+    the next generation and a fresh retry budget."""
+    run = _locked_run(run)
+    if run.state not in RETRYABLE_FROM:
+        raise Conflict(f"only dead or canceled runs can be retried; this run is {run.state}", state=run.state)
+    before = run.state
+    now = db_now()
+    store().retry_run(run, by=by.name, now=now)
+    store().insert_events([event(run.id, run.tenant_id, EventKind.RETRIED, state=RunState.READY, by=by.name)], now=now)
+    notify(RUNS_CHANNEL)
+    audit(AuditAction.RUN_RETRY, by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
+          before={"state": before}, after={"state": RunState.READY})
+    return run
+
+
+@transaction.atomic
+def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
+    """ready | leased -> canceled. A leased run's worker learns of it at its next heartbeat and
+    abandons the call; whatever it reports later is fenced and kept only as evidence."""
+    run = _locked_run(run)
+    if run.state not in CANCELABLE_FROM:
+        raise Conflict(f"only ready or leased runs can be canceled; this run is {run.state}", state=run.state)
+    before = run.state
+    now = db_now()
+    store().cancel_run(run, reason=reason, by=by.name, now=now)
+    store().insert_events([event(run.id, run.tenant_id, EventKind.CANCELED, state=RunState.CANCELED, reason=reason,
+                                 inFlight=before == RunState.LEASED, by=by.name)], now=now)
+    audit(AuditAction.RUN_CANCEL, by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
+          before={"state": before}, after={"state": RunState.CANCELED, "reason": reason})
+    # A run buffered behind this one (overlap buffer_one) may start now.
+    release_buffered({run.schedule_id}, now)
+    return run
+
+
+def cancel_unstarted(schedule_id, *, reason: str, versions_below: int | None = None) -> int:
+    """Cancel a schedule's runs that have not started (ready, never attempted) in one statement,
+    with their events: used by pause (reason paused), edit (superseded) and archive."""
+    return store().cancel_unstarted(schedule_id, now=db_now(), reason=reason, versions_below=versions_below)
+
+
+# --- bulk forms ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Bulk:
+    """What a bulk change did: the items it changed, and each item it refused with the reason."""
+
+    done: list
+    refused: list  # [(item, message)]
+
+
+def apply_each(change, items, *, by: Actor) -> Bulk:
+    """The bulk form of a requested change: `change` (retry_run, pause_schedule, ...) applied to
+    each item in its own transaction, so one that changed state meanwhile is refused and reported,
+    not fatal to the others. The portal's DLQ and the admin's actions call this."""
+    bulk = Bulk(done=[], refused=[])
+    for item in items:
+        try:
+            change(item, by=by)
+            bulk.done.append(item)
+        except ServiceError as e:
+            bulk.refused.append((item, e.message))
+    return bulk
+
+
+def retry_runs(runs, *, by: Actor) -> Bulk:
+    return apply_each(retry_run, runs, by=by)
+
+
+def cancel_runs(runs, *, by: Actor) -> Bulk:
+    return apply_each(cancel_run, runs, by=by)
+
+
+def pause_schedules(schedules, *, by: Actor) -> Bulk:
+    return apply_each(pause_schedule, schedules, by=by)
+
+
+def resume_schedules(schedules, *, by: Actor) -> Bulk:
+    return apply_each(resume_schedule, schedules, by=by)
+
+
+def archive_schedules(schedules, *, by: Actor) -> Bulk:
+    return apply_each(archive_schedule, schedules, by=by)

@@ -1,4 +1,4 @@
-"""The cursor for statements PostgreSQL may keep prepared (see scheduler_project/postgresql/base.py):
+"""The cursor for statements PostgreSQL may keep prepared (see scheduler_project/foundation/postgresql/base.py):
 the backend's own on PostgreSQL, Django's plain cursor elsewhere. A statement sent through it
 must be one statement (the server binds its parameters) whose plan cannot go stale as tables
 grow or empty."""

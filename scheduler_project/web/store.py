@@ -1,11 +1,19 @@
-"""What every API request needs from the database before its view runs, read in one round trip on
-PostgreSQL: the key (by its hash) with its tenant, the tenant's target allowlist and the counts its
-quotas read, the request counted against the key's rate limit, and the database clock.
+"""The web's store: the statements the HTTP surface runs itself, with its one engine switch.
 
-A single create is a handful of round trips in all, so these three reads (key, rate counter,
+The key lookup: what every API request needs from the database before its view runs, read in one
+round trip on PostgreSQL: the key (by its hash) with its tenant, the tenant's target allowlist and
+the counts its quotas read, the request counted against the key's rate limit, and the database
+clock. A single create is a handful of round trips in all, so these three reads (key, rate counter,
 clock) and the allowlist read of the create were a large share of its cost. On SQLite (one machine,
-no network between the web process and the database) the same answer comes from the ORM and
-`ratelimit.hit`, step by step, and the allowlist is read when a create asks for it. tests/api/test_key_lookup.py holds both to one contract.
+no network between the web process and the database) the same answer comes from the ORM and `hit`,
+step by step, and the allowlist is read when a create asks for it.
+
+Rate counting (the limit itself is api/ratelimit.py): a fixed one-minute window per key, one upsert
+per request: insert the (key, minute) row or add one to it, returning the new count and the seconds
+left in the window. On PostgreSQL that upsert is part of the key lookup, on the database clock so
+every worker agrees on where a minute starts; on the embedded database `hit` runs it on its own.
+
+tests/api/test_web_store.py holds both engines to one contract.
 """
 
 from __future__ import annotations
@@ -13,10 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
-from scheduler_project.postgresql.prepared import prepared_cursor
-from scheduler_project.web.api import ratelimit
+from scheduler_project.foundation.postgresql.prepared import prepared_cursor
 from schedules.models import ApiKey, Tenant
 
 
@@ -39,7 +46,7 @@ def find_key(key_hash: str, *, count: bool) -> Found | None:
     if key is None:
         return None
     if count and key.revoked_at is None:
-        n, left, now = ratelimit.hit(key.id)
+        n, left, now = hit(key.id)
         return Found(key, (n, left), now)
     return Found(key, None, datetime.now(timezone.utc))
 
@@ -64,7 +71,7 @@ WITH found AS (
                         FROM schedules_tenantschedulecount c WHERE c.tenant_id = t.id) counts
     WHERE k.key_hash = %(hash)s
 ), counted AS (
-    -- The rate limit's count (ratelimit.py), on the database clock.
+    -- The rate limit's count (as `hit` counts it), on the database clock.
     INSERT INTO schedules_apiratecounter (key_id, window_start, count)
     SELECT found.key_id, date_trunc('minute', statement_timestamp()), 1 FROM found WHERE %(count)s AND found.active
     ON CONFLICT (key_id, window_start) DO UPDATE SET count = schedules_apiratecounter.count + 1
@@ -105,5 +112,43 @@ def _find_key_postgres(conn, key_hash: str, count: bool) -> Found | None:
     key.tenant.known_prefixes = list(prefixes)
     key.tenant.known_schedule_counts = (int(live), int(sub_minute))
     if n == 1:
-        ratelimit.prune(key.id)
+        prune(key.id)
     return Found(key, (n, float(left)) if n is not None else None, now)
+
+
+# --- rate counting -----------------------------------------------------------------------------
+
+_PG_PRUNE = """
+DELETE FROM schedules_apiratecounter
+WHERE key_id = %s AND window_start < date_trunc('minute', statement_timestamp())
+"""
+
+# The embedded database has one machine, so its clock is the process's clock.
+_HIT = """
+INSERT INTO schedules_apiratecounter (key_id, window_start, count) VALUES (%s, %s, 1)
+ON CONFLICT (key_id, window_start) DO UPDATE SET count = schedules_apiratecounter.count + 1
+RETURNING count
+"""
+_PRUNE = "DELETE FROM schedules_apiratecounter WHERE key_id = %s AND window_start < %s"
+
+
+def hit(key_id) -> tuple[int, float, datetime]:
+    """Count one request for the key in a statement of its own, on this process's clock (the
+    embedded database); returns (requests in this window, seconds until it ends, the time)."""
+    now = datetime.now(timezone.utc)
+    window = now.replace(second=0, microsecond=0)
+    key = ApiKey._meta.pk.get_db_prep_value(key_id, connection)  # as the engine stores a UUID
+    with connection.cursor() as cur:
+        cur.execute(_HIT, [key, window])
+        (count,) = cur.fetchone()
+        if count == 1:
+            # First request of a new window: the key's older windows are dead weight.
+            cur.execute(_PRUNE, [key, window])
+    return count, 60 - (now - window).total_seconds(), now
+
+
+def prune(key_id) -> None:
+    """On PostgreSQL, after the first request of a new window: the key's older windows are dead
+    weight."""
+    with connection.cursor() as cur:
+        cur.execute(_PG_PRUNE, [key_id])

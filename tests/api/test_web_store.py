@@ -1,17 +1,20 @@
-"""The API's key lookup (keylookup.find_key) gives the same answer on both engines: one statement on
-PostgreSQL, the ORM step by step on SQLite. Run on each by the README's test command."""
+"""The web's store (scheduler_project.web.store) gives the same answers on both engines: the key
+lookup is one statement on PostgreSQL and the ORM step by step on SQLite; rate counting on its own
+(`hit`, what the lookup uses on SQLite) counts and prunes alike on both. Run on each by the README's
+test command."""
 
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
 
-from scheduler_project.dbclock import db_now
-from scheduler_project.web.api.keylookup import find_key
-from tests.helpers import make_schedule
-from schedules.models import ApiKey, ApiRateCounter, hash_api_key
+from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.web.models import ApiRateCounter
+from scheduler_project.web.store import find_key, hit, prune
+from schedules.models import ApiKey, hash_api_key
 from schedules.services import SYSTEM, _counted
 from schedules.tenants import create_api_key, create_tenant, revoke_api_key
+from tests.helpers import make_schedule
 
 
 @pytest.fixture
@@ -85,3 +88,27 @@ def test_a_revoked_key_is_found_but_not_counted(keyed):
     found = find_key(hash_api_key(raw), count=True)
     assert found.key.id == key.id and found.key.revoked_at is not None
     assert found.counted is None and not ApiRateCounter.objects.exists()
+
+
+def test_hit_counts_requests_in_the_minute_and_prunes_older_windows(keyed):
+    _, key, _ = keyed
+    ApiRateCounter.objects.create(key_id=key.id, window_start=datetime(2020, 1, 1, tzinfo=timezone.utc), count=9)
+    n1, left1, now1 = hit(key.id)
+    n2, left2, now2 = hit(key.id)
+    # Two calls may straddle a minute boundary: then the second starts a new window at 1.
+    assert (n1, n2) in ((1, 2), (1, 1))
+    assert 0 < left1 <= 60 and 0 < left2 <= 60 and now1 <= now2 and now1.tzinfo is not None
+    # The first request of a window removed the key's older windows.
+    assert list(ApiRateCounter.objects.filter(key_id=key.id).values_list("count", flat=True)) == [n2]
+
+
+@pytest.mark.postgresql_only("prune compares with the database clock's minute (statement_timestamp), which the "
+                             "SQLite store does not use: there `hit` prunes on the process's clock")
+def test_prune_keeps_only_the_current_window(keyed):
+    _, key, raw = keyed
+    find_key(hash_api_key(raw), count=True)
+    ApiRateCounter.objects.create(key_id=key.id, window_start=datetime(2020, 1, 1, tzinfo=timezone.utc), count=9)
+    prune(key.id)
+    # The lookup's window stays (unless a minute began since, and it went with the old one).
+    assert list(ApiRateCounter.objects.filter(key_id=key.id).values_list("count", flat=True)) in ([1], [])
+    assert not ApiRateCounter.objects.filter(key_id=key.id, window_start__year=2020).exists()
