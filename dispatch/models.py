@@ -372,3 +372,50 @@ class Notification(models.Model):
     def __str__(self):
         return f"{self.kind} to {self.channel} {self.destination}"
 
+
+
+# --- retry cost (dispatch.retry_cost folds it in the activity loop; pages and the API read it) --
+
+
+class CostDimension(models.TextChoices):
+    """What a RetryCostHour row counts for."""
+
+    SCHEDULE = "schedule"  # key: the schedule's id
+    OWNER = "owner"  # key: the schedule's owner's id when the attempt was counted ("" = no owner)
+    TARGET = "target"  # key: the run's target host:port
+
+
+class RetryCostHour(models.Model):
+    """Finished attempts of one schedule, owner or target host that ended in one UTC hour, with
+    what their retries cost (docs/incidents.md, "Retry cost", says exactly what each counter
+    counts). Rows only grow by increments; kept RETENTION (a little over the 7-day window)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant_id = models.UUIDField()
+    dimension = models.CharField(max_length=8, choices=CostDimension.choices)
+    key = models.CharField(max_length=300)
+    hour = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)  # succeeded, failed and unknown
+    successes = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)  # attempts that followed a failed or unknown one
+    retried_runs = models.PositiveIntegerField(default=0)  # first retries: one per run that needed one
+    failed = models.PositiveIntegerField(default=0)  # failed and unknown attempts
+    failed_us = models.BigIntegerField(default=0)  # their time from start to end, microseconds
+    backoff_us = models.BigIntegerField(default=0)  # waits between a failed attempt and the retry
+
+    class Meta:
+        constraints = [
+            # The schedule and owner pages read one key's hours of the window by this index; the
+            # activity loop finds the rows it adds to by the whole key.
+            models.UniqueConstraint(fields=["tenant_id", "dimension", "key", "hour"], name="retry_cost_hour_unique"),
+            models.CheckConstraint(condition=Q(dimension__in=["schedule", "owner", "target"]),
+                                   name="retry_cost_dimension_valid"),
+        ]
+        indexes = [
+            # The ranking (GET /api/v1/retry-cost, the retry-cost page): a tenant's hours that had
+            # a retry, so the keys that cost the most are found without reading those that cost none.
+            models.Index(fields=["tenant_id", "dimension", "hour"], name="retry_cost_retried_idx",
+                         condition=Q(retries__gt=0)),
+            # The activity loop's retention pass deletes the oldest hours.
+            models.Index(fields=["hour"], name="retry_cost_hour_time_idx"),
+        ]
