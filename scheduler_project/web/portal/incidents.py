@@ -1,17 +1,19 @@
 """Incidents and owners in the portal: the incidents page (filtered by state, owner, schedule,
-tenant), acknowledging and resolving (dispatch.incidents, audited; operate_runs), and an owner's
-page (its schedules and incidents). Scoped like everything else."""
+tenant), acknowledging and resolving (dispatch.incidents, audited; operate_runs), an owner's
+page (its schedules, incidents and retry cost), and the retry-cost page (dispatch.retry_cost: a
+tenant's schedules, owners or target hosts, the costliest first). Scoped like everything else."""
 
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from dispatch import incidents
-from dispatch.models import Incident, IncidentRule, IncidentState
+from dispatch import incidents, retry_cost
+from dispatch.models import CostDimension, Incident, IncidentRule, IncidentState
 from runs.schedule_changes import edit_schedule
 from scheduler_project.web.access import actor_for, can, get_scoped, is_operator, portal_view, require, scope, \
     visible_tenants
 from scheduler_project.web.pagination import INCIDENT_PAGES, SCHEDULE_PAGES
+from scheduler_project.dbclock import db_now
 from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, render_view
 from schedules.models import Owner, Schedule
 
@@ -76,7 +78,41 @@ def owner_detail(request, pk):
     return render_view(request, "incidents/owner.html", {
         "owner": owner, "schedules": schedules, "incidents": open_incidents,
         "is_default": owner.tenant.default_owner_id == owner.id,
+        "retry_cost": cost_windows(owner.tenant_id, CostDimension.OWNER, str(owner.id)),
     })
+
+
+def cost_windows(tenant_id, dimension: str, key: str) -> list:
+    """[(window, RetryCost, complete)] over both windows, for the schedule and owner pages."""
+    now = db_now()
+    return [(window, *retry_cost.figures_for(tenant_id, dimension, key, window=window, now=now))
+            for window in retry_cost.WINDOWS]
+
+
+COST_BY = {"schedule": CostDimension.SCHEDULE, "owner": CostDimension.OWNER, "target": CostDimension.TARGET}
+
+
+@portal_view
+def retry_cost_page(request):
+    """One tenant's ranking (an operator picks the tenant; a member of one sees theirs)."""
+    tenants = list(visible_tenants(request.user).order_by("slug"))
+    chosen = parse_uuid(request.GET.get("tenant"))
+    tenant = next((t for t in tenants if t.id == chosen), tenants[0] if tenants else None)
+    window = request.GET.get("window") if request.GET.get("window") in retry_cost.WINDOWS else "24h"
+    by = request.GET.get("by") if request.GET.get("by") in COST_BY else "schedule"
+    rows, figures, names = [], None, {}
+    if tenant is not None:
+        figures = retry_cost.ranking(tenant.id, COST_BY[by], window=window, now=db_now(), limit=100)
+        keys = [c.key for c in figures.rows]
+        if by == "schedule":
+            names = {str(s.id): s for s in Schedule.objects.filter(tenant=tenant, id__in=keys)}
+        elif by == "owner":
+            names = {str(o.id): o for o in Owner.objects.filter(tenant=tenant, id__in=[k for k in keys if k])}
+        rows = [(c, names.get(c.key)) for c in figures.rows]
+    return render_view(request, "incidents/retry_cost.html", {
+        "tenants": tenants, "tenant": tenant, "window": window, "by": by, "rows": rows, "figures": figures,
+        "windows": list(retry_cost.WINDOWS), "bys": list(COST_BY),
+    }, partial="results")
 
 
 @portal_view
