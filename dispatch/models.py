@@ -336,6 +336,11 @@ class NotificationChannel(models.TextChoices):
     EMAIL = "email"
 
 
+class HoldReason(models.TextChoices):
+    QUIET = "quiet"  # the owner's quiet hours
+    RATE = "rate"  # the owner's hourly limit on the channel
+
+
 class Notification(models.Model):
     """An incident's message to one channel of its owner: an outbox row written in the
     transaction that opened or resolved the incident, delivered at least once (the same event id
@@ -347,7 +352,7 @@ class Notification(models.Model):
     owner = models.ForeignKey("schedules.Owner", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, null=True, blank=True,
                                  related_name="notifications")
-    kind = models.CharField(max_length=40)  # incident.opened, incident.resolved, incident.test
+    kind = models.CharField(max_length=40)  # incident.opened, incident.resolved, incident.test, notification.summary
     channel = models.CharField(max_length=16, choices=NotificationChannel.choices)
     destination = models.CharField(max_length=2000)  # the webhook URL or e-mail address, as it was
     webhook_format = models.CharField(max_length=16, default="json")
@@ -357,10 +362,19 @@ class Notification(models.Model):
     publish_attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    # Why it waits (next_attempt_at is when it is looked at again): the owner's quiet hours, or
+    # its hourly limit on the channel. Blank once it is sent or when it never waited.
+    held = models.CharField(max_length=8, choices=HoldReason.choices, blank=True, default="")
+    # Sent as part of this summary (a notification of kind notification.summary that lists it)
+    # rather than on its own: published_at is when the summary was made.
+    summarized_in = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
     class Meta:
         ordering = ["-id"]
         indexes = [
+            # The relay's hourly limit: an owner's messages sent in the last hour on a channel.
+            models.Index(fields=["owner", "channel", "published_at"], name="notification_owner_sent_idx",
+                         condition=Q(published_at__isnull=False)),
             # The notification relay's claim: never-tried rows (next_attempt_at null) in id order,
             # and due retries by next_attempt_at (dispatch.notifications.claim).
             models.Index(fields=["next_attempt_at", "id"], name="notification_due_idx",
