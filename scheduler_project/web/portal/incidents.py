@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from dispatch import incidents, retry_cost
-from dispatch.models import CostDimension, Incident, IncidentRule, IncidentState
+from dispatch.models import CostDimension, Incident, IncidentRule, IncidentState, Notification
 from runs.schedule_changes import edit_schedule
 from scheduler_project.web.access import actor_for, can, get_scoped, is_operator, portal_view, require, scope, \
     visible_tenants
@@ -75,11 +75,32 @@ def owner_detail(request, pk):
                             request.GET.get("after"))
     open_incidents = Incident.objects.filter(owner=owner).exclude(state=IncidentState.RESOLVED).select_related(
         "schedule")[:50]
+    # The newest notifications to the owner (by notification_owner_sent_idx for sent ones, the
+    # unsent few by the relay's own index): what went out, what waits and why, what keeps failing.
+    sent = list(Notification.objects.filter(owner=owner, published_at__isnull=False).order_by("-published_at")[:10])
+    waiting = list(Notification.objects.filter(owner=owner, published_at__isnull=True).order_by("id")[:20])
     return render_view(request, "incidents/owner.html", {
         "owner": owner, "schedules": schedules, "incidents": open_incidents,
         "is_default": owner.tenant.default_owner_id == owner.id,
         "retry_cost": cost_windows(owner.tenant_id, CostDimension.OWNER, str(owner.id)),
+        "sent": sent, "waiting": waiting, "can_test": can(request.user, "operate_schedules", owner.tenant_id),
     })
+
+
+@portal_view
+@require_POST
+def owner_test_notification(request, pk):
+    """Queues a test message on each of the owner's channels through the notification outbox
+    (dispatch.incidents.send_test_notification: audited, delivered by the relay like any other)."""
+    owner = get_scoped(Owner.objects.select_related("tenant"), request.user, id=pk)
+    require(request.user, "operate_schedules", owner.tenant_id)
+    if not (owner.webhook_url or owner.email):
+        messages.error(request, "This owner has no webhook and no e-mail address: nothing to send to.")
+    else:
+        call_service(request, incidents.send_test_notification, owner, by=actor_for(request),
+                     success="A test notification is queued on each of the owner's channels; the relay sends it "
+                             "within seconds (see below).")
+    return redirect("incidents-owner", owner.id)
 
 
 def cost_windows(tenant_id, dimension: str, key: str) -> list:
