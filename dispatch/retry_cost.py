@@ -17,9 +17,11 @@ Read by the schedule and owner pages and GET /api/v1/retry-cost:
   most the limit of them (by the unique index, at most 168 rows each);
 - both add what the activity loop has not counted yet (`uncounted`): attempts after its
   watermark and parked ones that have ended, at most TAIL of them, so the figures agree with the
-  attempts the API lists as soon as those attempts have ended. The loop may commit a pass while
-  a page reads: the cursor is read before and after, and the read repeated if it moved, so no
-  attempt is counted twice or missed.
+  attempts the API lists as soon as those attempts have ended. The tail is an id range of at most
+  TAIL attempts after the watermark (whoever's they are), so a stopped loop costs a bounded read
+  and the figures say they are incomplete. The loop may commit a pass while a page reads: the
+  cursor is read before and after, and the read repeated if it moved, so no attempt is counted
+  twice or missed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from django.db.models import Q, Sum
+from django.db.models import Max, Q, Sum
 
 from dispatch.models import ActivityCursor, ActivityPending, CostDimension, RetryCostHour
 from runs.models import Attempt, AttemptOutcome, attempts_with_their_runs
@@ -236,22 +238,27 @@ def uncounted(tenant_id, since: datetime, *, schedule_ids=None, limit: int = TAI
     """The increments of the tenant's ended attempts the activity loop has not counted yet (after
     its watermark, or parked while open), at most `limit`; and whether that was all of them."""
     state = _cursor_state()
-    watermark = state[0] if state else 0
+    newest = Attempt.objects.aggregate(m=Max("id"))["m"] or 0
+    # Before the loop's first pass nothing is counted: the newest `limit` attempts stand in.
+    watermark = state[0] if state else max(0, newest - limit)
+    # An id range of at most `limit` attempts whoever's they are, so a stopped loop costs a
+    # bounded read rather than a scan of everything since it stopped.
+    upto = min(newest, watermark + limit)
     parked = list(ActivityPending.objects.order_by("attempt_id").values_list("attempt_id", flat=True)[:limit])
-    qs = attempts_with_their_runs(Attempt.objects.filter(Q(id__gt=watermark) | Q(id__in=parked)))
+    qs = attempts_with_their_runs(Attempt.objects.filter(Q(id__gt=watermark, id__lte=upto) | Q(id__in=parked)))
     qs = qs.filter(outcome__isnull=False, run__tenant_id=tenant_id, finished_at__gte=since)
     if schedule_ids is not None:
         qs = qs.filter(run__schedule_id__in=list(schedule_ids))
-    rows = list(qs.order_by("id").values(*FIELDS)[:limit + 1])
     tally = RetryTally()
-    for a in rows[:limit]:
+    for a in qs.order_by("id").values(*FIELDS):
         tally.add(a)
-    return tally.increments(), len(rows) <= limit
+    return tally.increments(), newest <= upto and (state is not None or watermark == 0)
 
 
 def _read(tenant_id, dimension: str, since: datetime, read_rows, *, schedule_ids=None):
     """Counted rows (read_rows()) and the uncounted tail, read between two identical looks at the
-    activity cursor, so that a pass committed meanwhile is neither missed nor counted twice."""
+    activity cursor (up to five tries), so that a pass committed meanwhile is neither missed nor
+    counted twice."""
     for _ in range(5):
         before = _cursor_state()
         rows = read_rows()

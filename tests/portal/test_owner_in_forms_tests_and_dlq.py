@@ -80,7 +80,7 @@ def test_the_test_button_queues_an_audited_notification_for_admins_not_viewers(o
     (note,) = Notification.objects.all()
     assert (note.kind, note.channel, note.destination) == ("incident.test", "webhook", billing.webhook_url)
     assert AuditEntry.objects.filter(action="owner.test_notification", actor="user:alice").count() == 1
-    assert "incident.test" in page and "being sent" in page  # shown on the owner's page until sent
+    assert "incident.test" in page and "queued" in page  # shown on the owner's page until sent
 
     operator.post(url)
     assert Notification.objects.count() == 2
