@@ -14,10 +14,12 @@ One pass (`ActivityAggregator.step`), in one transaction:
    one's; so the pass stops at the first attempt that started less than SETTLE ago, leaving
    room for an older id to appear. An attempt still open is parked (step 2 counts it later).
 4. Add the counts to the per-minute rows (the tenant's and the all-tenants row), to the
-   per-minute rows of each target URL, and update each schedule's summary row; advance the
-   watermark.
+   per-minute rows of each target URL, update each schedule's summary row, and add what the
+   retries cost to the hourly rows of each schedule, owner and target host (dispatch.retry_cost);
+   advance the watermark.
 5. Now and then, delete minute rows older than RETENTION, target rows older than
-   TARGET_RETENTION, and the last hour's kept counts too old to be served (runs.stats).
+   TARGET_RETENTION, retry-cost hours older than retry_cost.RETENTION, and the last hour's kept
+   counts too old to be served (runs.stats).
 
 Each pass costs a primary-key range of at most BATCH attempts (joined to their runs and versions
 by primary key), PENDING_BATCH primary-key lookups, and writes proportional to what it read,
@@ -34,6 +36,7 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import transaction
 
+from dispatch import retry_cost
 from dispatch.models import (
     ALL_TENANTS,
     LAG_BOUNDS,
@@ -66,7 +69,7 @@ OUTCOME_CODES = {AttemptOutcome.SUCCEEDED: "s", AttemptOutcome.FAILED: "f", Atte
                  AttemptOutcome.ABANDONED: "a"}
 FIELDS = ("id", "generation", "started_at", "finished_at", "outcome", "http_status", "latency_ms", "error_class",
           "error", "run_id", "run__tenant_id", "run__schedule_id", "run__scheduled_time", "run__kind",
-          "run__version__target_url", "run__version__spread_offset_seconds")
+          "run__version__target_url", "run__version__spread_offset_seconds", "run__target_host", "run__retried_at")
 COUNTED = (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
 FAILED = (AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
 
@@ -103,6 +106,7 @@ class _Tally:
                                                                "latency_sum": 0, "latency_count": 0})
         self.targets: dict[tuple, dict] = defaultdict(lambda: {"attempts": 0, "failed": 0, "last_failed_at": None})
         self.schedules: dict = defaultdict(list)
+        self.retries = retry_cost.RetryTally()
         self.counted = 0
 
     def add(self, a: dict) -> None:
@@ -139,11 +143,13 @@ class _Tally:
         # Abandoned attempts (given back at shutdown, canceled mid-call) are no result of the target.
         if outcome != AttemptOutcome.ABANDONED:
             self.schedules[a["run__schedule_id"]].append(a)
+        self.retries.add(a)
 
     def apply(self) -> None:
         self._apply_minutes()
         self._apply_targets()
         self._apply_schedules()
+        self.retries.apply()
 
     def _apply_minutes(self) -> None:
         if not self.minutes:
@@ -326,6 +332,7 @@ class ActivityAggregator:
             if ids:
                 model.objects.filter(id__in=ids).delete()
             most = max(most, len(ids))
+        most = max(most, retry_cost.prune(now))
         return max(most, stats.forget_old_recent_counts(now))
 
 

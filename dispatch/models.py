@@ -335,6 +335,11 @@ class NotificationChannel(models.TextChoices):
     EMAIL = "email"
 
 
+class HoldReason(models.TextChoices):
+    QUIET = "quiet"  # the owner's quiet hours
+    RATE = "rate"  # the owner's hourly limit on the channel
+
+
 class Notification(models.Model):
     """An incident's message to one channel of its owner: an outbox row written in the
     transaction that opened or resolved the incident, delivered at least once (the same event id
@@ -346,7 +351,7 @@ class Notification(models.Model):
     owner = models.ForeignKey("schedules.Owner", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, null=True, blank=True,
                                  related_name="notifications")
-    kind = models.CharField(max_length=40)  # incident.opened, incident.resolved, incident.test
+    kind = models.CharField(max_length=40)  # incident.opened, incident.resolved, incident.test, notification.summary
     channel = models.CharField(max_length=16, choices=NotificationChannel.choices)
     destination = models.CharField(max_length=2000)  # the webhook URL or e-mail address, as it was
     webhook_format = models.CharField(max_length=16, default="json")
@@ -356,10 +361,19 @@ class Notification(models.Model):
     publish_attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    # Why it waits (next_attempt_at is when it is looked at again): the owner's quiet hours, or
+    # its hourly limit on the channel. Blank once it is sent or when it never waited.
+    held = models.CharField(max_length=8, choices=HoldReason.choices, blank=True, default="")
+    # Sent as part of this summary (a notification of kind notification.summary that lists it)
+    # rather than on its own: published_at is when the summary was made.
+    summarized_in = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
     class Meta:
         ordering = ["-id"]
         indexes = [
+            # The relay's hourly limit: an owner's messages sent in the last hour on a channel.
+            models.Index(fields=["owner", "channel", "published_at"], name="notification_owner_sent_idx",
+                         condition=Q(published_at__isnull=False)),
             # The notification relay's claim: never-tried rows (next_attempt_at null) in id order,
             # and due retries by next_attempt_at (dispatch.notifications.claim).
             models.Index(fields=["next_attempt_at", "id"], name="notification_due_idx",
@@ -371,3 +385,50 @@ class Notification(models.Model):
     def __str__(self):
         return f"{self.kind} to {self.channel} {self.destination}"
 
+
+
+# --- retry cost (dispatch.retry_cost folds it in the activity loop; pages and the API read it) --
+
+
+class CostDimension(models.TextChoices):
+    """What a RetryCostHour row counts for."""
+
+    SCHEDULE = "schedule"  # key: the schedule's id
+    OWNER = "owner"  # key: the schedule's owner's id when the attempt was counted ("" = no owner)
+    TARGET = "target"  # key: the run's target host:port
+
+
+class RetryCostHour(models.Model):
+    """Finished attempts of one schedule, owner or target host that ended in one UTC hour, with
+    what their retries cost (docs/incidents.md, "Retry cost", says exactly what each counter
+    counts). Rows only grow by increments; kept RETENTION (a little over the 7-day window)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant_id = models.UUIDField()
+    dimension = models.CharField(max_length=8, choices=CostDimension.choices)
+    key = models.CharField(max_length=300)
+    hour = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)  # succeeded, failed and unknown
+    successes = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)  # attempts that followed a failed or unknown one
+    retried_runs = models.PositiveIntegerField(default=0)  # first retries: one per run that needed one
+    failed = models.PositiveIntegerField(default=0)  # failed and unknown attempts
+    failed_us = models.BigIntegerField(default=0)  # their time from start to end, microseconds
+    backoff_us = models.BigIntegerField(default=0)  # waits between a failed attempt and the retry
+
+    class Meta:
+        constraints = [
+            # The schedule and owner pages read one key's hours of the window by this index; the
+            # activity loop finds the rows it adds to by the whole key.
+            models.UniqueConstraint(fields=["tenant_id", "dimension", "key", "hour"], name="retry_cost_hour_unique"),
+            models.CheckConstraint(condition=Q(dimension__in=["schedule", "owner", "target"]),
+                                   name="retry_cost_dimension_valid"),
+        ]
+        indexes = [
+            # The ranking (GET /api/v1/retry-cost, the retry-cost page): a tenant's hours that had
+            # a retry, so the keys that cost the most are found without reading those that cost none.
+            models.Index(fields=["tenant_id", "dimension", "hour"], name="retry_cost_retried_idx",
+                         condition=Q(retries__gt=0)),
+            # The activity loop's retention pass deletes the oldest hours.
+            models.Index(fields=["hour"], name="retry_cost_hour_time_idx"),
+        ]

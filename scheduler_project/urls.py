@@ -8,6 +8,7 @@ from scheduler_project.web.api import apply as apply_api
 from scheduler_project.web.api import batch as batch_api
 from scheduler_project.web.api import forecast as forecast_api
 from scheduler_project.web.api import owners as owners_api
+from scheduler_project.web.api import retry_cost as retry_cost_api
 from scheduler_project.web.api import runs as runs_api
 from scheduler_project.web.api import schedules as schedules_api
 from scheduler_project.web.api.root import api_root
@@ -22,6 +23,7 @@ api_v1 = [
     path("schedules/<uuid:pk>/trigger", schedules_api.ScheduleTriggerView.as_view(), name="api-schedules-trigger"),
     path("schedules/<uuid:pk>/backfill", schedules_api.ScheduleBackfillView.as_view(), name="api-schedules-backfill"),
     path("schedules/<uuid:pk>/occurrences", schedules_api.ScheduleOccurrencesView.as_view(), name="api-schedules-occurrences"),
+    path("schedules/<uuid:pk>/retry-cost", retry_cost_api.ScheduleRetryCostView.as_view(), name="api-schedules-retry-cost"),
     path("expressions/preview", schedules_api.ExpressionPreviewView.as_view(), name="api-expressions-preview"),
     path("runs", runs_api.RunListView.as_view(), name="api-runs"),
     path("runs/<uuid:pk>", runs_api.RunDetailView.as_view(), name="api-runs-detail"),
@@ -35,6 +37,8 @@ api_v1 = [
     path("owners", owners_api.OwnerListView.as_view(), name="api-owners"),
     path("owners/<slug:slug>", owners_api.OwnerDetailView.as_view(), name="api-owners-detail"),
     path("owners/<slug:slug>/test-notification", owners_api.OwnerTestView.as_view(), name="api-owners-test"),
+    path("owners/<slug:slug>/retry-cost", retry_cost_api.OwnerRetryCostView.as_view(), name="api-owners-retry-cost"),
+    path("retry-cost", retry_cost_api.RetryCostView.as_view(), name="api-retry-cost"),
     path("incident-rules", owners_api.RuleListView.as_view(), name="api-incident-rules"),
     path("incident-rules/<str:rule>", owners_api.RuleDetailView.as_view(), name="api-incident-rules-detail"),
     path("incidents", owners_api.IncidentListView.as_view(), name="api-incidents"),

@@ -168,6 +168,14 @@ class Owner(models.Model):
     email = models.EmailField(max_length=254, blank=True, default="")
     webhook_url = models.URLField(max_length=2000, blank=True, default="")
     webhook_format = models.CharField(max_length=16, choices=WebhookFormat.choices, default=WebhookFormat.JSON)
+    # Quiet hours (dispatch.notifications): notifications due from quiet_start to quiet_end, wall
+    # times in time_zone, are held and sent when they end. Both null: none.
+    time_zone = models.CharField(max_length=64, default="UTC")
+    quiet_start = models.TimeField(null=True, blank=True)
+    quiet_end = models.TimeField(null=True, blank=True)
+    # At most this many messages an hour on each channel; more are held and sent as one summary
+    # when the hour allows. Null: no limit.
+    max_per_hour = models.PositiveIntegerField(null=True, blank=True, default=30)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -176,6 +184,11 @@ class Owner(models.Model):
             models.UniqueConstraint(fields=["tenant", "slug"], name="owner_slug_unique_per_tenant"),
             models.CheckConstraint(condition=Q(webhook_format__in=["json", "slack", "teams"]),
                                    name="owner_webhook_format_valid"),
+            models.CheckConstraint(condition=Q(quiet_start__isnull=True, quiet_end__isnull=True)
+                                   | Q(quiet_start__isnull=False, quiet_end__isnull=False),
+                                   name="owner_quiet_hours_both_or_neither"),
+            models.CheckConstraint(condition=Q(max_per_hour__isnull=True) | Q(max_per_hour__gte=1),
+                                   name="owner_max_per_hour_positive"),
         ]
 
     def __str__(self):

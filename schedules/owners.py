@@ -4,6 +4,7 @@ schedule's own owner changes through runs.actions (create and edit), which uses
 `owner_for` to resolve a slug inside the tenant."""
 
 import re
+from datetime import time
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -13,9 +14,15 @@ from django.db import IntegrityError, transaction
 from scheduler_project.foundation.errors import Conflict, ServiceError, ValidationFailed
 from schedules.models import AuditAction, Owner, Tenant, WebhookFormat
 from schedules.services import Actor, audit
+from schedules.timeexpr import ExpressionError
+from schedules.timeexpr.zones import validate_time_zone
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-FIELDS = ("slug", "name", "email", "webhook_url", "webhook_format")
+HHMM = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+FIELDS = ("slug", "name", "email", "webhook_url", "webhook_format", "time_zone", "quiet_start", "quiet_end",
+          "max_per_hour")
+# Fields that may be null (no quiet hours, no hourly limit); the others are strings.
+NULLABLE = ("quiet_start", "quiet_end", "max_per_hour")
 
 
 class OwnerNotFound(ServiceError):
@@ -26,7 +33,13 @@ def owner_json(owner: Owner | None) -> dict | None:
     if owner is None:
         return None
     return {"slug": owner.slug, "name": owner.name, "email": owner.email, "webhook_url": owner.webhook_url,
-            "webhook_format": owner.webhook_format}
+            "webhook_format": owner.webhook_format, "time_zone": owner.time_zone,
+            "quiet_start": _hhmm(owner.quiet_start), "quiet_end": _hhmm(owner.quiet_end),
+            "max_per_hour": owner.max_per_hour}
+
+
+def _hhmm(t: time | None) -> str | None:
+    return t.strftime("%H:%M") if t is not None else None
 
 
 def _clean(fields: dict, *, partial: bool) -> dict:
@@ -35,6 +48,15 @@ def _clean(fields: dict, *, partial: bool) -> dict:
     for key, value in fields.items():
         if key not in FIELDS:
             errors[key] = ["unknown field"]
+            continue
+        if value is None and key in NULLABLE:
+            out[key] = None
+            continue
+        if key == "max_per_hour":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+                errors[key] = ["must be a whole number from 1 to 100000, or null for no limit"]
+            else:
+                out[key] = value
             continue
         if not isinstance(value, str):
             errors[key] = ["must be a string"]
@@ -57,6 +79,17 @@ def _clean(fields: dict, *, partial: bool) -> dict:
                 errors[key] = ["must be an http:// or https:// URL of at most 2000 characters"]
         elif key == "webhook_format" and value not in WebhookFormat.values:
             errors[key] = [f"must be one of {', '.join(WebhookFormat.values)}"]
+        elif key == "time_zone":
+            try:
+                validate_time_zone(value)
+            except ExpressionError as exc:
+                errors[key] = [str(exc)]
+        elif key in ("quiet_start", "quiet_end"):
+            m = HHMM.match(value)
+            if m is None:
+                errors[key] = ["must be a wall time HH:MM (00:00 to 23:59), or null"]
+                continue
+            value = time(int(m.group(1)), int(m.group(2)))
         out[key] = value
     if not partial:
         for key in ("slug", "name"):
@@ -84,10 +117,19 @@ def get_owner(tenant: Tenant, slug: str) -> Owner:
     return owner
 
 
+def _check_quiet(owner: Owner) -> None:
+    if (owner.quiet_start is None) != (owner.quiet_end is None):
+        raise ValidationFailed({"quiet_end" if owner.quiet_end is None else "quiet_start":
+                                ["quiet hours need both a start and an end (or neither)"]})
+    if owner.quiet_start is not None and owner.quiet_start == owner.quiet_end:
+        raise ValidationFailed({"quiet_end": ["must differ from the start"]})
+
+
 @transaction.atomic
 def create_owner(tenant: Tenant, fields: dict, *, by: Actor, default: bool = False) -> Owner:
     clean = _clean(fields, partial=False)
     owner = Owner(tenant=tenant, **clean)
+    _check_quiet(owner)
     try:
         with transaction.atomic():
             owner.save(force_insert=True)
@@ -106,6 +148,7 @@ def edit_owner(owner: Owner, fields: dict, *, by: Actor) -> Owner:
     before = owner_json(owner)
     for key, value in clean.items():
         setattr(owner, key, value)
+    _check_quiet(owner)
     try:
         with transaction.atomic():
             owner.save()

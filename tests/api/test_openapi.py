@@ -22,6 +22,7 @@ CONTRACT = {
     ("/api/v1/keys/{id}/revoke", "post"), ("/api/v1/audit", "get"), ("/api/v1/forecast", "get"),
     ("/api/v1/owners", "get"), ("/api/v1/owners", "post"), ("/api/v1/owners/{slug}", "get"),
     ("/api/v1/owners/{slug}", "patch"), ("/api/v1/owners/{slug}/test-notification", "post"),
+    ("/api/v1/retry-cost", "get"), ("/api/v1/schedules/{id}/retry-cost", "get"), ("/api/v1/owners/{slug}/retry-cost", "get"),
     ("/api/v1/incident-rules", "get"), ("/api/v1/incident-rules/{rule}", "put"),
     ("/api/v1/incidents", "get"), ("/api/v1/incidents/{id}", "get"),
     ("/api/v1/incidents/{id}/acknowledge", "post"), ("/api/v1/incidents/{id}/resolve", "post"),

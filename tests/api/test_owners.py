@@ -18,7 +18,8 @@ def test_owners_are_created_listed_and_edited_per_tenant(api, other_api):
                  format="json")
     assert r.status_code == 201, r.json()
     assert r.json() == {"slug": "billing", "name": "Billing", "email": "billing@example.com",
-                        "webhookUrl": "https://hooks.example.com/x", "webhookFormat": "slack", "default": False}
+                        "webhookUrl": "https://hooks.example.com/x", "webhookFormat": "slack", "timeZone": "UTC",
+                        "quietStart": None, "quietEnd": None, "maxPerHour": 30, "default": False}
     assert api.post("/api/v1/owners", {"slug": "billing", "name": "Again"}, format="json").status_code == 409
     assert [o["slug"] for o in api.get("/api/v1/owners").json()] == ["billing"]
     assert other_api.get("/api/v1/owners").json() == []

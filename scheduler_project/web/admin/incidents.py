@@ -66,8 +66,8 @@ class IncidentAdmin(OperatorAdmin):
 @admin.register(Notification)
 class NotificationAdmin(OperatorAdmin):
     list_display = ("id", "tenant", "owner", "kind", "channel", "destination", "created_at", "published_at",
-                    "publish_attempts", "last_error")
-    list_filter = ("channel", "kind")
+                    "held", "next_attempt_at", "summarized_in", "publish_attempts", "last_error")
+    list_filter = ("channel", "kind", "held")
     list_select_related = ("tenant", "owner")
     show_full_result_count = False
     readonly_fields = [f.name for f in Notification._meta.fields]

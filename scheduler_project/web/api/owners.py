@@ -12,7 +12,12 @@ from dispatch import incidents
 from dispatch.models import Incident, IncidentPolicy, IncidentRule, IncidentState
 from scheduler_project.foundation.errors import ValidationFailed
 from scheduler_project.web.api.base import ApiView, operation
-from scheduler_project.web.api.schedule_serializers import StrictBooleanField, StrictCharField, StrictSerializer
+from scheduler_project.web.api.schedule_serializers import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 from scheduler_project.web.api.schedules import (
     BODY_ERRORS,
     PAGE_PARAMS,
@@ -27,10 +32,11 @@ from scheduler_project.web.api.schedules import (
 from scheduler_project.web.pagination import INCIDENT_PAGES
 from scheduler_project.web.params import parse_uuid
 from schedules.models import Schedule, WebhookFormat
-from schedules.owners import create_owner, edit_owner, get_owner, set_default_owner
+from schedules.owners import create_owner, edit_owner, get_owner, owner_json, set_default_owner
 
 OWNER_FIELDS = {"slug": "slug", "name": "name", "email": "email", "webhookUrl": "webhook_url",
-                "webhookFormat": "webhook_format"}
+                "webhookFormat": "webhook_format", "timeZone": "time_zone", "quietStart": "quiet_start",
+                "quietEnd": "quiet_end", "maxPerHour": "max_per_hour"}
 
 
 class OwnerIn(StrictSerializer):
@@ -41,6 +47,13 @@ class OwnerIn(StrictSerializer):
                                  help_text="called with each incident notification, signed like run events")
     webhookFormat = serializers.ChoiceField(choices=WebhookFormat.choices, required=False,
                                             help_text="json (the event), slack or teams ({\"text\": ...})")
+    timeZone = StrictCharField(max_length=64, required=False, help_text="IANA zone of the quiet hours (default UTC)")
+    quietStart = StrictCharField(max_length=5, required=False, allow_null=True,
+                                 help_text="HH:MM: notifications are held from here to quietEnd, then sent")
+    quietEnd = StrictCharField(max_length=5, required=False, allow_null=True)
+    maxPerHour = StrictIntegerField(required=False, allow_null=True,
+                                    help_text="messages an hour on each channel; more are held and sent as one "
+                                              "summary (default 30; null: no limit)")
     default = StrictBooleanField(required=False, help_text="the owner of schedules created without one")
 
 
@@ -56,12 +69,18 @@ class OwnerOut(serializers.Serializer):
     email = serializers.CharField(allow_blank=True)
     webhookUrl = serializers.CharField(allow_blank=True)
     webhookFormat = serializers.CharField()
+    timeZone = serializers.CharField()
+    quietStart = serializers.CharField(allow_null=True)
+    quietEnd = serializers.CharField(allow_null=True)
+    maxPerHour = serializers.IntegerField(allow_null=True)
     default = serializers.BooleanField()
 
 
 def owner_out(owner, tenant) -> dict:
+    j = owner_json(owner)
     return {"slug": owner.slug, "name": owner.name, "email": owner.email, "webhookUrl": owner.webhook_url,
-            "webhookFormat": owner.webhook_format, "default": tenant.default_owner_id == owner.id}
+            "webhookFormat": owner.webhook_format, "timeZone": owner.time_zone, "quietStart": j["quiet_start"],
+            "quietEnd": j["quiet_end"], "maxPerHour": owner.max_per_hour, "default": tenant.default_owner_id == owner.id}
 
 
 def _owner_fields(data: dict) -> dict:

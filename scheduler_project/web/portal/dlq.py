@@ -1,11 +1,12 @@
-"""The dead-letter queue: dead runs grouped by schedule and error, with bulk retry (dead runs)
-and bulk cancel (runs still retrying), over a selection or the current filter.
+"""The dead-letter queue: dead runs grouped by schedule and error and by the schedules' owners,
+filterable by owner, with bulk retry (dead runs) and bulk cancel (runs still retrying), over a
+selection or the current filter.
 
 Each bulk action first shows how many runs it will touch, then applies its bulk form
 (runs.actions.retry_runs, cancel_runs): one transaction per run, so one run that changed state
 meanwhile is reported, not fatal."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -28,7 +29,7 @@ from scheduler_project.web.access import (
 from scheduler_project.web.portal.common import parse_uuid, render_view
 from scheduler_project.web.portal.display import plural
 from scheduler_project.web.portal.runs import _tenant_ids_for_merge, filter_problems, run_filters, runs_page
-from schedules.models import Schedule
+from schedules.models import Owner, Schedule
 
 # A bulk action over a filter touches at most this many runs; a bigger set is done in steps, so
 # no click starts an unbounded loop at 3 a.m.
@@ -38,6 +39,7 @@ GROUP_LIMIT = 50
 # The groups count this many of the newest matching runs: enough to show what is failing now,
 # and a page that costs the same with a queue of a hundred or of a hundred thousand.
 GROUP_SAMPLE = 2000
+NO_OWNER = "none"
 VIEWS = {
     # dead: the queue itself. retrying: runs that failed and wait for another attempt, the ones a
     # cancel can still stop before they land here (cancel_run refuses dead runs).
@@ -62,6 +64,15 @@ def _filtered(request, view_name, params):
     if error:
         qs = qs.filter(last_error__startswith=error)
         values["error"] = error
+    # By the schedule's owner now: its schedules' ids as a semi-join, so the page still reads the
+    # queue's own index and checks each dead run's schedule by key.
+    owner = str(params.get("owner", "") or "").strip()
+    if owner == NO_OWNER:
+        qs = qs.filter(schedule_id__in=Schedule.objects.filter(owner__isnull=True).values("id"))
+        values["owner"] = owner
+    elif parse_uuid(owner):
+        qs = qs.filter(schedule_id__in=Schedule.objects.filter(owner_id=parse_uuid(owner)).values("id"))
+        values["owner"] = owner
     return qs, values
 
 
@@ -70,6 +81,7 @@ class Groups:
     rows: list
     sampled: int  # how many of the newest matching runs were counted
     more: bool  # older matching runs exist that the groups leave out
+    owners: list = field(default_factory=list)  # the same runs counted by their schedules' owners
 
 
 def _groups(qs, tenant_ids) -> Groups:
@@ -94,14 +106,26 @@ def _groups(qs, tenant_ids) -> Groups:
         if finished_at and (g[1] is None or finished_at > g[1]):
             g[1] = finished_at
     names = {s["id"]: s for s in Schedule.objects.filter(id__in={k[0] for k in counts})
-             .values("id", "name", "tenant__slug")}
+             .values("id", "name", "tenant__slug", "owner_id", "owner__slug", "owner__name")}
+    by_owner: dict = {}
+    for (sid, _), (n, latest) in counts.items():
+        sch = names.get(sid, {})
+        g = by_owner.setdefault(sch.get("owner_id"), {
+            "owner_id": sch.get("owner_id"), "slug": sch.get("owner__slug") or "", "name": sch.get("owner__name") or "",
+            "tenant__slug": sch.get("tenant__slug", "") if sch.get("owner_id") else "", "n": 0, "schedules": set(),
+            "latest": None})
+        g["n"] += n
+        g["schedules"].add(sid)
+        if latest and (g["latest"] is None or latest > g["latest"]):
+            g["latest"] = latest
+    owners = sorted(by_owner.values(), key=lambda g: (-g["n"], g["slug"]))
     rows = [
         {"schedule_id": sid, "schedule__name": names.get(sid, {}).get("name", ""),
          "tenant__slug": names.get(sid, {}).get("tenant__slug", ""), "error_key": key, "n": n, "latest": latest}
         for (sid, key), (n, latest) in counts.items()
     ]
     rows.sort(key=lambda g: (-g["n"], g["schedule__name"], g["error_key"]))
-    return Groups(rows=rows[:GROUP_LIMIT], sampled=len(sample), more=more)
+    return Groups(rows=rows[:GROUP_LIMIT], sampled=len(sample), more=more, owners=owners[:GROUP_LIMIT])
 
 
 @portal_view
@@ -111,6 +135,7 @@ def dlq(request):
     qs, values = _filtered(request, view_name, request.GET)
     can_operate = operable_tenant_ids(request.user, "operate_runs") != []
     ctx = {"view": view_name, "f": values, "filter_errors": problems, "tenants": visible_tenants(request.user),
+           "owners": scope(Owner.objects.select_related("tenant"), request.user).order_by("tenant__slug", "slug"),
            "is_operator": is_operator(request.user), "bulk_limit": BULK_LIMIT, "can_operate": can_operate,
            "back": _back_from(view_name, values)}
     if problems:
@@ -129,6 +154,9 @@ def _problems(params):
     problems = filter_problems(params)
     problems.pop("state", None)  # the view decides the state; a state parameter is not read here
     problems.choice(params, "view", "View", list(VIEWS))
+    owner = str(params.get("owner", "") or "").strip()
+    if owner and owner != NO_OWNER and parse_uuid(owner) is None:
+        problems["owner"] = f"Owner {owner[:40]!r} is not an owner's id"
     return problems
 
 

@@ -1,14 +1,16 @@
 """Incidents and owners in the portal: the incidents page (filtered by state, owner, schedule,
-tenant), acknowledging and resolving (dispatch.incidents, audited; operate_runs), and an owner's
-page (its schedules and incidents). Scoped like everything else."""
+tenant), acknowledging and resolving (dispatch.incidents, audited; operate_runs), an owner's
+page (its schedules, incidents and retry cost), and the retry-cost page (dispatch.retry_cost: a
+tenant's schedules, owners or target hosts, the costliest first). Scoped like everything else."""
 
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from dispatch import incidents
-from dispatch.models import Incident, IncidentRule, IncidentState
+from dispatch import incidents, retry_cost
+from dispatch.models import CostDimension, Incident, IncidentRule, IncidentState, Notification
 from runs.actions import edit_schedule
+from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.web.access import (
     actor_for,
     can,
@@ -81,10 +83,65 @@ def owner_detail(request, pk):
                             request.GET.get("after"))
     open_incidents = Incident.objects.filter(owner=owner).exclude(state=IncidentState.RESOLVED).select_related(
         "schedule")[:50]
+    # The newest notifications to the owner (by notification_owner_sent_idx for sent ones, the
+    # unsent few by the relay's own index): what went out, what waits and why, what keeps failing.
+    sent = list(Notification.objects.filter(owner=owner, published_at__isnull=False).order_by("-published_at")[:10])
+    waiting = list(Notification.objects.filter(owner=owner, published_at__isnull=True).order_by("id")[:20])
     return render_view(request, "incidents/owner.html", {
         "owner": owner, "schedules": schedules, "incidents": open_incidents,
         "is_default": owner.tenant.default_owner_id == owner.id,
+        "retry_cost": cost_windows(owner.tenant_id, CostDimension.OWNER, str(owner.id)),
+        "sent": sent, "waiting": waiting, "can_test": can(request.user, "operate_schedules", owner.tenant_id),
     })
+
+
+@portal_view
+@require_POST
+def owner_test_notification(request, pk):
+    """Queues a test message on each of the owner's channels through the notification outbox
+    (dispatch.incidents.send_test_notification: audited, delivered by the relay like any other)."""
+    owner = get_scoped(Owner.objects.select_related("tenant"), request.user, id=pk)
+    require(request.user, "operate_schedules", owner.tenant_id)
+    if not (owner.webhook_url or owner.email):
+        messages.error(request, "This owner has no webhook and no e-mail address: nothing to send to.")
+    else:
+        call_service(request, incidents.send_test_notification, owner, by=actor_for(request),
+                     success="A test notification is queued on each of the owner's channels; the relay sends it "
+                             "within seconds (see below).")
+    return redirect("incidents-owner", owner.id)
+
+
+def cost_windows(tenant_id, dimension: str, key: str) -> list:
+    """[(window, RetryCost, complete)] over both windows, for the schedule and owner pages."""
+    now = db_now()
+    return [(window, *retry_cost.figures_for(tenant_id, dimension, key, window=window, now=now))
+            for window in retry_cost.WINDOWS]
+
+
+COST_BY = {"schedule": CostDimension.SCHEDULE, "owner": CostDimension.OWNER, "target": CostDimension.TARGET}
+
+
+@portal_view
+def retry_cost_page(request):
+    """One tenant's ranking (an operator picks the tenant; a member of one sees theirs)."""
+    tenants = list(visible_tenants(request.user).order_by("slug"))
+    chosen = parse_uuid(request.GET.get("tenant"))
+    tenant = next((t for t in tenants if t.id == chosen), tenants[0] if tenants else None)
+    window = request.GET.get("window") if request.GET.get("window") in retry_cost.WINDOWS else "24h"
+    by = request.GET.get("by") if request.GET.get("by") in COST_BY else "schedule"
+    rows, figures, names = [], None, {}
+    if tenant is not None:
+        figures = retry_cost.ranking(tenant.id, COST_BY[by], window=window, now=db_now(), limit=100)
+        keys = [c.key for c in figures.rows]
+        if by == "schedule":
+            names = {str(s.id): s for s in Schedule.objects.filter(tenant=tenant, id__in=keys)}
+        elif by == "owner":
+            names = {str(o.id): o for o in Owner.objects.filter(tenant=tenant, id__in=[k for k in keys if k])}
+        rows = [(c, names.get(c.key)) for c in figures.rows]
+    return render_view(request, "incidents/retry_cost.html", {
+        "tenants": tenants, "tenant": tenant, "window": window, "by": by, "rows": rows, "figures": figures,
+        "windows": list(retry_cost.WINDOWS), "bys": list(COST_BY),
+    }, partial="results")
 
 
 @portal_view

@@ -39,7 +39,7 @@ from scheduler_project.web.portal.common import parse_uuid, parse_when, render_v
 from scheduler_project.web.portal.display import TimePrefs
 from scheduler_project.web.textinput import long_value_limit
 from schedules import timeexpr
-from schedules.models import MisfirePolicy, OverlapPolicy, Schedule, Tenant
+from schedules.models import MisfirePolicy, OverlapPolicy, Owner, Schedule, Tenant
 from schedules.services import (
     TARGET_METHODS,
     VERSIONED_DEFAULTS,
@@ -239,6 +239,21 @@ def _form_context(request, values, errors, **extra) -> dict:
             "default_timeout": default_timeout_seconds(), **_preview_context(values), **extra}
 
 
+def _owner_choice(post, tenant, errors: dict):
+    """The form's owner: UNSET when left to the tenant's default (create) or not posted, None for
+    "no owner", else one of the tenant's owners (another is an error on the field)."""
+    raw = post.get("owner")
+    if raw in (None, ""):
+        return actions.UNSET
+    if raw == "none":
+        return None
+    chosen = parse_uuid(raw)
+    owner = Owner.objects.filter(id=chosen, tenant=tenant).first() if chosen and tenant is not None else None
+    if owner is None:
+        errors["owner"] = "choose one of this tenant's owners"
+    return owner
+
+
 def _values_from_post(post, given) -> dict:
     values = {k: _text(post, k) for k in post.keys() if k != "csrfmiddlewaretoken"}
     values["start_at"], values["end_at"] = given.get("start_at"), given.get("end_at")
@@ -252,6 +267,8 @@ def schedule_create(request):
     if not tenants.exists():
         raise PermissionDenied("your account may not create schedules")
     tenant_list = list(tenants.prefetch_related("targets")[:500])
+    owners = list(Owner.objects.filter(tenant__in=tenant_list).select_related("tenant")
+                  .order_by("tenant__slug", "slug"))
     if request.method != "POST":
         prefs = TimePrefs.of(request)
         chosen = parse_uuid(request.GET.get("tenant"))
@@ -259,13 +276,14 @@ def schedule_create(request):
                   "target_headers": "", "time_zone": prefs.browser_zone or "UTC",
                   "tenant": str(chosen or (tenant_list[0].id if tenant_list else ""))}
         return render_view(request, "schedules/form.html", _form_context(
-            request, values, {}, tenants=tenant_list, creating=True, prefixes=_prefixes(tenant_list)))
+            request, values, {}, tenants=tenant_list, creating=True, prefixes=_prefixes(tenant_list), owners=owners))
     given, errors = parse_form(request.POST)
     values = _values_from_post(request.POST, given)
     tenant = next((t for t in tenant_list if str(t.id) == request.POST.get("tenant")), None)
     if tenant is None:
         errors["tenant"] = "choose a tenant you may create schedules in"
-    ctx = dict(tenants=tenant_list, creating=True, prefixes=_prefixes(tenant_list))
+    owner = _owner_choice(request.POST, tenant, errors)
+    ctx = dict(tenants=tenant_list, creating=True, prefixes=_prefixes(tenant_list), owners=owners)
     if errors and not request.POST.get("preview"):
         check_all(tenant, given, errors, base={})
     if errors or request.POST.get("preview"):
@@ -274,7 +292,7 @@ def schedule_create(request):
     require(request.user, "operate_schedules", tenant.id)
     try:
         schedule = actions.create_schedule(tenant, given, by=actor_for(request),
-                                           enabled=not request.POST.get("paused"), now=db_now())
+                                                    enabled=not request.POST.get("paused"), now=db_now(), owner=owner)
     except ServiceError as e:
         return render_view(request, "schedules/form.html", _form_context(request, values, service_errors(e), **ctx),
                            status=400)
@@ -382,9 +400,11 @@ def schedule_edit(request, pk):
     schedule = get_scoped(scope(Schedule.objects.select_related("tenant", "current"), request.user), request.user,
                           id=pk)
     require(request.user, "operate_schedules", schedule.tenant_id)
-    ctx = dict(schedule=schedule, creating=False, prefixes=_prefixes([schedule.tenant]))
+    ctx = dict(schedule=schedule, creating=False, prefixes=_prefixes([schedule.tenant]),
+               owners=list(Owner.objects.filter(tenant_id=schedule.tenant_id).order_by("slug")))
     if request.method != "POST":
         values = _form_values(version_fields(schedule.current), schedule.version)
+        values["owner"] = str(schedule.owner_id) if schedule.owner_id else "none"
         return render_view(request, "schedules/form.html", _form_context(request, values, {}, **ctx))
     given, errors = parse_form(request.POST)
     if "spread_seconds" not in request.POST:
@@ -392,6 +412,8 @@ def schedule_edit(request, pk):
     elif given.get("spread_seconds") is None:
         given["spread_seconds"] = 0  # cleared on an edit: none (a new schedule's blank is the tenant's default)
     values = _values_from_post(request.POST, given)
+    owner = _owner_choice(request.POST, schedule.tenant, errors)
+    owner_before = schedule.owner_id
     try:
         expected = int(request.POST.get("version", ""))
     except ValueError:
@@ -410,7 +432,7 @@ def schedule_edit(request, pk):
     try:
         # merge: the form posts every field; a stale form writes only what its editor changed.
         schedule = actions.edit_schedule(schedule, expected_version=expected, changes=given,
-                                         by=actor_for(request), merge=True)
+                                                  by=actor_for(request), merge=True, owner=owner)
     except EditConflict as e:
         current = Schedule.objects.select_related("current").get(id=schedule.id).current
         values, errors, conflicts = _conflict_context(e, given, version_fields(current), current.created_by)
@@ -431,6 +453,9 @@ def schedule_edit(request, pk):
         messages.success(request, f"Saved as version {schedule.version}, on top of the version saved while you were "
                                   f"editing: only the fields you changed were written "
                                   f"({', '.join(label(k) for k in merged.mine)}).{kept}")
+    elif (schedule.version == expected or (merged and not merged.mine)) and schedule.owner_id != owner_before:
+        messages.success(request, f"Owner: {schedule.owner.name}." if schedule.owner_id
+                         else "This schedule has no owner now.")
     elif schedule.version == expected or (merged and not merged.mine):
         messages.info(request, "Nothing changed: you changed no field from the version you loaded.")
     else:

@@ -11,7 +11,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from dispatch.models import ScheduleActivity
+from dispatch.models import CostDimension, ScheduleActivity
 from runs import actions
 from runs.models import TERMINAL_STATES, Run
 from scheduler_project.foundation.errors import ServiceError
@@ -41,6 +41,7 @@ from scheduler_project.web.portal.common import (
     service_message,
 )
 from scheduler_project.web.portal.display import headers_shown, plural, schedule_figures
+from scheduler_project.web.portal.incidents import cost_windows
 from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus
 from schedules.occurrences import upcoming
@@ -130,7 +131,11 @@ def _detail_context(request, schedule, **extra):
 @portal_view
 def schedule_detail(request, pk):
     schedule = get_scoped(_schedules(request), request.user, id=pk)
-    return render_view(request, "schedules/detail.html", _detail_context(request, schedule), partial="actions")
+    # The retry cost on the page itself only: the polled runs panel and the actions' fragments
+    # never show it.
+    cost = cost_windows(schedule.tenant_id, CostDimension.SCHEDULE, str(schedule.id))
+    return render_view(request, "schedules/detail.html", _detail_context(request, schedule, retry_cost=cost),
+                       partial="actions")
 
 
 @portal_view

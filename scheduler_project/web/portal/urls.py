@@ -53,6 +53,8 @@ urlpatterns = [
     path("incidents/<int:pk>/acknowledge", incidents.incident_acknowledge, name="incidents-acknowledge"),
     path("incidents/<int:pk>/resolve", incidents.incident_resolve, name="incidents-resolve"),
     path("owners/<uuid:pk>/", incidents.owner_detail, name="incidents-owner"),
+    path("owners/<uuid:pk>/test-notification", incidents.owner_test_notification, name="incidents-owner-test"),
+    path("retry-cost/", incidents.retry_cost_page, name="incidents-retry-cost"),
     path("schedules/<uuid:pk>/owner", incidents.schedule_owner, name="schedules-owner"),
     path("preferences/time", preferences.time_preference, name="portal-time-preference"),
 ]
