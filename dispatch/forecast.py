@@ -237,6 +237,21 @@ def _grouped(qs) -> list:
 
 
 @dataclass(frozen=True)
+class Respread:
+    """A bulk spread's selection (runs.schedule_changes.schedules_for_spread: a tenant's schedules,
+    optionally of one target host and one expression as written) and the window it would give them."""
+
+    tenant_id: uuid.UUID
+    window: int
+    host: str | None = None
+    expression: str | None = None
+
+    def q(self) -> Q:
+        q = Q(tenant_id=self.tenant_id)
+        return q & Q(current__expression=self.expression) if self.expression else q
+
+
+@dataclass(frozen=True)
 class _Version:
     """What rule_for reads of a version."""
 
@@ -363,11 +378,11 @@ class _Counter:
 
 
 def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None = None,
-             respread: tuple | None = None, span: timedelta = WEEK) -> Forecast:
+             respread: Respread | None = None, span: timedelta = WEEK) -> Forecast:
     """Runs becoming eligible in each bucket ahead, for every tenant (tenant_ids None), some
-    tenants, and/or one target host ("host:port"). `respread` = (schedule ids, window): the
-    forecast as it would be if those schedules had that spread window (a bulk spread's preview;
-    one whose rule the window does not fit keeps its own, as the change would leave it).
+    tenants, and/or one target host ("host:port"). `respread`: the forecast as it would be if the
+    schedules of a bulk spread's selection had its window (the preview; one whose rule the window
+    does not fit keeps its own, as the change would leave it).
     `span` bounds how far ahead occurrences are counted: /metrics asks for the next hour only.
 
     Steps: (1) the runs already made ahead, exactly; (2) the scope's size from the counts the
@@ -383,7 +398,6 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
     scope = _scope(tenant_ids).filter(next_run_at__lt=until)
     size = _scope_size(tenant_ids)
     fraction = 1.0 if size <= EXACT_SCHEDULES else min(1.0, SAMPLE_SCHEDULES / size)
-    ids = frozenset(respread[0]) if respread else frozenset()
     rules_cache = None
     while True:
         counter = _Counter(_buckets(now), start, span, now, host)
@@ -395,13 +409,15 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
             sample = scope.filter(id__lt=uuid.UUID(int=bound))
         try:
             counted = 0
-            if ids:
-                rows = list(sample.filter(id__in=list(ids)).annotate(anchored=_anchored())
-                            .values_list(*_GROUP_FIELDS, "id"))
-                for row in rows:
-                    offset = _respread_offset(counter, row, respread[1], now)
+            if respread:
+                # The selection row by row (each its own offset under the new window), the rest grouped.
+                selected = sample.filter(respread.q()).annotate(anchored=_anchored()).values_list(*_GROUP_FIELDS, "id")
+                for row in selected.iterator(chunk_size=5000):
+                    offset = None
+                    if not respread.host or counter.host_of(row[9]) == respread.host:
+                        offset = _respread_offset(counter, row, respread.window, now)
                     counted += counter.take(row, 1, offset)
-                sample = sample.exclude(id__in=list(ids))
+                sample = sample.exclude(respread.q())
             for row in _grouped(sample):
                 counted += row[-1] if counter.take(row, row[-1]) else 0
             scale = 1.0 / fraction
@@ -409,7 +425,7 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
             break
         except _OverBudget:
             rules_cache = counter.rules
-            fraction = (min(1.0, SAMPLE_SCHEDULES / size) if fraction == 1.0 and size else fraction / 2)
+            fraction = min(fraction / 2, SAMPLE_SCHEDULES / max(size, 1))
             if fraction < 1e-9:
                 raise
     counted_tiers = counter.tiers
