@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from django.db import connection, transaction
 from django.db.models import Case, Count, DateTimeField, F, Q, Sum, Value, When
 from django.db.models.functions import TruncMinute
 
@@ -53,7 +54,7 @@ WEEK = TIERS[-1][1]
 # Up to this many schedules in scope every one is counted (grouped in the database, so the cost in
 # Python is per distinct group, not per schedule); beyond it a uniform sample of about
 # SAMPLE_SCHEDULES. The database's part at these sizes is measured in bench/README.md (Issue 28).
-EXACT_SCHEDULES = 1_000_000
+EXACT_SCHEDULES = 200_000
 SAMPLE_SCHEDULES = 50_000
 # Work units of one forecast in Python: instants listed for the distinct rules plus buckets counted
 # for the groups (at most about 520 a group).
@@ -229,11 +230,21 @@ def _anchored():
                      then=F("anchor_at")), default=Value(None), output_field=DateTimeField())
 
 
-def _grouped(qs) -> list:
+def _grouped(qs, *, few: bool) -> list:
     """(expression, zone, dst_skipped, dst_repeated, end_at, anchor or None, next_run_at, offset,
     grace, target_url, count) of the schedules of `qs`, grouped in the database: 20,000 schedules
-    `0 0 * * *` due at one midnight to one URL are one row."""
-    return list(qs.annotate(anchored=_anchored()).values_list(*_GROUP_FIELDS).annotate(n=Count("id")).order_by())
+    `0 0 * * *` due at one midnight to one URL are one row. `few`: qs is a small part of the
+    schedules (a sample, one tenant)."""
+    rows = qs.annotate(anchored=_anchored()).values_list(*_GROUP_FIELDS).annotate(n=Count("id")).order_by()
+    if not few or connection.vendor != "postgresql":
+        return list(rows)
+    # PostgreSQL estimates looking 50,000 versions up by key dearer than reading all of them to hash
+    # them, and at millions of versions that read is most of a forecast's time (bench/README.md,
+    # Issue 28): for a small part of the fleet, join by key.
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute("SET LOCAL enable_hashjoin = off")
+        c.execute("SET LOCAL enable_mergejoin = off")
+        return list(rows)
 
 
 @dataclass(frozen=True)
@@ -418,7 +429,8 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
                         offset = _respread_offset(counter, row, respread.window, now)
                     counted += counter.take(row, 1, offset)
                 sample = sample.exclude(respread.q())
-            for row in _grouped(sample):
+            few = fraction < 1.0 or (tenant_ids is not None and size <= SAMPLE_SCHEDULES * 4)
+            for row in _grouped(sample, few=few):
                 counted += row[-1] if counter.take(row, row[-1]) else 0
             scale = 1.0 / fraction
             counter.add_all(scale, (1 - fraction) / fraction ** 2)
