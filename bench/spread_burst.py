@@ -6,7 +6,8 @@ by real workers to a local target that answers 200 at once.
 
 Per round, interleaved (no spread, spread, no spread, spread, ...): the run side is emptied; every
 schedule gets the daily cron `M H * * *` of a whole minute T at least --lead seconds ahead, with
-next_run_at = T; the herd's versions get spreadSeconds = --spread (offsets from
+next_run_at = T and the overlap policy --overlap (`allow`, the default here, is made ahead of T by
+the scanner's look-ahead; `skip` is made at T); the herd's versions get spreadSeconds = --spread (offsets from
 schedules.spread.spread_offset, as the product computes them) or 0. A bench shortcut: versions are
 changed in place by SQL, where the product would make a new version per edit. Then `manage.py scan`
 and `manage.py work` processes start, and the round ends when every run has succeeded. Measured
@@ -60,8 +61,8 @@ def prepare(args, herd_t, spread: int):
     t = C.sql("SELECT date_trunc('minute', statement_timestamp() + make_interval(secs => %s)) + interval '1 minute'",
               [args.lead])[0][0]
     expression = f"{t.minute} {t.hour} * * *"
-    C.sql("UPDATE schedules_scheduleversion SET expression = %s, spread_seconds = 0, spread_offset_seconds = 0",
-          [expression], fetch=False)
+    C.sql("UPDATE schedules_scheduleversion SET expression = %s, spread_seconds = 0, spread_offset_seconds = 0, "
+          "overlap_policy = %s", [expression, args.overlap], fetch=False)
     if spread:
         C.sql("UPDATE schedules_scheduleversion v SET spread_seconds = %s, spread_offset_seconds = o.off "
               "FROM bench_offsets o WHERE v.schedule_id = o.schedule_id", [spread], fetch=False)
@@ -139,7 +140,12 @@ def main():
     ap.add_argument("--config", default="2x512x400", help="WORKERSxCONCURRENCYxBATCH")
     ap.add_argument("--scanners", type=int, default=1)
     ap.add_argument("--poll", type=float, default=1.0)
-    ap.add_argument("--lead", type=float, default=45.0)
+    ap.add_argument("--lead", type=float, default=150.0,
+                    help="seconds from preparing a round to the instant: the scanner's look-ahead "
+                         "(SCHEDULER_LOOKAHEAD_SECONDS, 120) fits in it")
+    ap.add_argument("--overlap", default="allow", choices=["allow", "skip"],
+                    help="the schedules' overlap policy: only `allow` is made ahead of the instant (runs.decisions."
+                         "made_ahead); with `skip` the scanner makes every run at the instant itself")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--database", default="scheduler_bench_spread_burst")
     args = ap.parse_args()
@@ -152,7 +158,7 @@ def main():
         t0 = time.monotonic()
         herd_t, other_t, _, _ = load(args, target)
         print(f"loaded {args.herd:,} + {args.other:,} schedules in {time.monotonic() - t0:.1f} s; {cfg}, "
-              f"{args.scanners} scanner(s)", flush=True)
+              f"{args.scanners} scanner(s), overlap policy {args.overlap}", flush=True)
         results = {0: [], args.spread: []}
         for rep in range(args.repeats):
             for spread in (0, args.spread):
