@@ -9,32 +9,36 @@ spread flattens the shape the way the workers will see it. Two sources, never co
   run_ready_idx (a range over the next 7 days, grouped by minute);
 - the schedules' occurrences from their `next_run_at` on (what the scanner has not made yet).
 
-Cost is bounded. The schedules in scope are read in primary-key order, at most EXACT_SCHEDULES of
-them: when the scope holds no more, every one is counted (exact). Otherwise the ones read are those
-whose id is below the last one read, and since ids are random (UUID4) that is a uniform sample of
-the scope with fraction id / 2**128; its counts are scaled up by the inverse and the forecast says
-"sampled" with the fraction. Each distinct rule is walked once (20,000 schedules `0 0 * * *` are
-one walk), and schedules that fall in the same buckets alike (same rule, first instant, spread
-offset, grace and host) are counted together, so a group costs its occurrences in the week once;
-past OCCURRENCE_BUDGET such occurrences the schedules not yet counted are left out and the sample
-shrinks accordingly (still uniform: they come in id order). Measured in bench/README.md
-("Issue 28"). docs/portal.md, "Forecast", says what the page shows.
+Cost is bounded. The size of the scope comes from the counts the database keeps (one small read).
+Up to EXACT_SCHEDULES every schedule is counted; beyond, a uniform sample: the schedules whose id is
+below fraction * 2**128 (ids are random UUID4s), about SAMPLE_SCHEDULES of them, counts scaled up by
+1 / fraction, and each bucket carries its sampling error (95%), which the page and the API state.
+Either way the schedules are grouped in the database by everything the buckets depend on (rule,
+zone, DST policy, anchor where the rule counts from it, next instant, spread offset, grace, target):
+most fleets share few distinct rules, so 20,000 schedules `0 0 * * *` are one row and the Python
+work is per group. Each distinct rule is expanded once over the window (dispatch.forecast_counts:
+rate() and cron by arithmetic, other rules walked, bounded), and each group counted per bucket from
+it. Past OCCURRENCE_BUDGET of that work the sample is halved and counted again. Measured in
+bench/README.md ("Issue 28"). docs/portal.md, "Forecast", says what the page shows.
 """
 
 from __future__ import annotations
 
-import bisect
+import math
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from django.db.models import Count
+from django.db import connection, transaction
+from django.db.models import Case, Count, DateTimeField, F, Q, Sum, Value, When
 from django.db.models.functions import TruncMinute
 
+from dispatch import forecast_counts as fcounts
 from dispatch.models import ALL_TENANTS, ActivityMinute, WorkerStat
 from runs.models import Run, RunState
 from scheduler_project.foundation.dbclock import db_now
 from schedules import timeexpr
-from schedules.models import Schedule, ScheduleStatus, TargetPrefix
+from schedules.models import Schedule, ScheduleStatus, TargetPrefix, TenantScheduleCount
 from schedules.services import rule_for
 from schedules.spread import spread_offset, spread_problem
 from schedules.targets import target_host
@@ -46,10 +50,16 @@ TIERS = (
     ("week", timedelta(days=7), timedelta(hours=1)),
 )
 WEEK = TIERS[-1][1]
-EXACT_SCHEDULES = 50_000
-OCCURRENCE_BUDGET = 1_000_000
-# Occurrences of one rule walked at most (an every-second RRULE has 604,800 in a week).
-RULE_OCCURRENCES = 20_000
+# Up to this many schedules in scope every one is counted (grouped in the database, so the cost in
+# Python is per distinct group, not per schedule); beyond it a uniform sample of about
+# SAMPLE_SCHEDULES. The database's part at these sizes is measured in bench/README.md (Issue 28).
+EXACT_SCHEDULES = 200_000
+SAMPLE_SCHEDULES = 50_000
+# Work units of one forecast in Python: instants listed for the distinct rules plus buckets counted
+# for the groups (at most about 520 a group).
+OCCURRENCE_BUDGET = 3_000_000
+# A sample's per-bucket error is stated as this many standard errors (95%).
+Z95 = 1.96
 # Capacity: the busiest minute of this long, and workers seen this recently.
 CAPACITY_WINDOW = timedelta(hours=24)
 WORKER_ALIVE = timedelta(seconds=30)
@@ -60,8 +70,15 @@ DEFAULT_GRACE = 60
 class Bucket:
     start: datetime
     due: float = 0.0  # estimated when sampled
+    var: float = 0.0  # the sampling variance of `due` (0 when exact)
     min_grace: int | None = None  # the smallest misfire grace of what falls in it
     hosts: dict = field(default_factory=dict)  # target host -> due (the hour tier only)
+
+
+    @property
+    def error(self) -> float:
+        """Half the 95% interval of `due` (0 when exact)."""
+        return Z95 * math.sqrt(self.var)
 
 
 @dataclass
@@ -92,6 +109,18 @@ class Forecast:
             return "exact"
         return f"sampled ({self.fraction:.2%} of schedules, scaled up)"
 
+    @property
+    def stated_error(self) -> str:
+        """What the counts are worth, in words for the page."""
+        if self.exact:
+            return "exact: every schedule in scope counted"
+        peak = self.peak()
+        text = (f"sampled: {self.schedules_counted:,} schedules counted, a uniform {self.fraction:.3%} by id, "
+                f"scaled up; each bucket's count is within its stated error at 95%")
+        if peak and peak.due:
+            text += f" (the next hour's peak: {peak.due:,.0f} \u00b1 {peak.error:,.0f})"
+        return text
+
     def peak(self, tier: str = "hour") -> Bucket | None:
         buckets = self.tiers[tier]
         return max(buckets, key=lambda b: b.due) if buckets else None
@@ -111,9 +140,10 @@ def _buckets(now: datetime) -> dict:
 
 
 def _add(tiers: dict, at: datetime, n: float, *, grace: int | None, host: str | None, now: datetime) -> None:
+    start = now.replace(second=0, microsecond=0)
     for name, span, step in TIERS:
         buckets = tiers[name]
-        if at >= now + span:
+        if at >= start + span:
             continue
         i = max(0, int((at - buckets[0].start) / step))
         if i >= len(buckets):
@@ -124,43 +154,6 @@ def _add(tiers: dict, at: datetime, n: float, *, grace: int | None, host: str | 
             b.min_grace = grace if b.min_grace is None else min(b.min_grace, grace)
         if host is not None and name == "hour":
             b.hosts[host] = b.hosts.get(host, 0) + n
-
-
-def _scope(tenant_ids):
-    qs = Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__isnull=False)
-    return qs if tenant_ids is None else qs.filter(tenant_id__in=list(tenant_ids))
-
-
-@dataclass(frozen=True)
-class _Version:
-    """What rule_for and the walk read of a version."""
-
-    expression: str
-    time_zone: str
-    dst_skipped: str
-    dst_repeated: str
-    end_at: datetime | None
-
-
-def _rule_key(anchor, version):
-    # cron and at() are the same rule whatever the anchor; rate() counts from it, and an RRULE's
-    # DTSTART may come from it.
-    text = version.expression.strip().upper()
-    anchored = text.startswith("RATE(") or "FREQ=" in text
-    return (version.expression, version.time_zone, version.dst_skipped, version.dst_repeated,
-            anchor if anchored else None, version.end_at)
-
-
-def _walk(rule, version, after: datetime, until: datetime) -> tuple[list, bool]:
-    out = []
-    for occ in rule.iter_after(after):
-        if occ.at >= until or (version.end_at and occ.at >= version.end_at):
-            return out, False
-        if not occ.dropped:
-            out.append(occ.at)
-        if len(out) >= RULE_OCCURRENCES:
-            return out, True
-    return out, False
 
 
 def _materialised(tiers, tenant_ids, host, now) -> int:
@@ -210,86 +203,267 @@ def capacity(*, tenant_ids=None, now: datetime | None = None) -> Capacity:
     return Capacity(peak / 60.0, peak_minute, workers, (lat_sum / lat_n / 1000.0) if lat_n else None, budgets)
 
 
+def _scope(tenant_ids):
+    qs = Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__isnull=False)
+    return qs if tenant_ids is None else qs.filter(tenant_id__in=list(tenant_ids))
+
+
+def _scope_size(tenant_ids) -> int:
+    """Schedules not archived in scope, from the counts the database keeps (one small read)."""
+    qs = TenantScheduleCount.objects.all()
+    if tenant_ids is not None:
+        qs = qs.filter(tenant_id__in=list(tenant_ids))
+    return qs.aggregate(n=Sum("live"))["n"] or 0
+
+
+# The group key read per row of the grouped query: every field the week's buckets depend on.
+_GROUP_FIELDS = ("current__expression", "current__time_zone", "current__dst_skipped", "current__dst_repeated",
+                 "current__end_at", "anchored", "next_run_at", "current__spread_offset_seconds",
+                 "current__misfire_grace_seconds", "current__target_url")
+
+
+def _anchored():
+    # cron and at() are the same rule whatever the anchor; rate() counts from it, and an RRULE's
+    # DTSTART may come from it: only those keep the anchor in the group key.
+    return Case(When(Q(current__expression__icontains="rate(") | Q(current__expression__icontains="freq="),
+                     then=F("anchor_at")), default=Value(None), output_field=DateTimeField())
+
+
+def _grouped(qs, *, few: bool) -> list:
+    """(expression, zone, dst_skipped, dst_repeated, end_at, anchor or None, next_run_at, offset,
+    grace, target_url, count) of the schedules of `qs`, grouped in the database: 20,000 schedules
+    `0 0 * * *` due at one midnight to one URL are one row. `few`: qs is a small part of the
+    schedules (a sample, one tenant)."""
+    rows = qs.annotate(anchored=_anchored()).values_list(*_GROUP_FIELDS).annotate(n=Count("id")).order_by()
+    if not few or connection.vendor != "postgresql":
+        return list(rows)
+    # PostgreSQL estimates looking 50,000 versions up by key dearer than reading all of them to hash
+    # them, and at millions of versions that read is most of a forecast's time (bench/README.md,
+    # Issue 28): for a small part of the fleet, join by key.
+    with transaction.atomic(), connection.cursor() as c:
+        c.execute("SET LOCAL enable_hashjoin = off")
+        c.execute("SET LOCAL enable_mergejoin = off")
+        return list(rows)
+
+
+@dataclass(frozen=True)
+class Respread:
+    """A bulk spread's selection (runs.actions.schedules_for_spread: a tenant's schedules,
+    optionally of one target host and one expression as written) and the window it would give them."""
+
+    tenant_id: uuid.UUID
+    window: int
+    host: str | None = None
+    expression: str | None = None
+
+    def q(self) -> Q:
+        q = Q(tenant_id=self.tenant_id)
+        return q & Q(current__expression=self.expression) if self.expression else q
+
+
+@dataclass(frozen=True)
+class _Version:
+    """What rule_for reads of a version."""
+
+    expression: str
+    time_zone: str
+    dst_skipped: str
+    dst_repeated: str
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class _Counter:
+    """Adds groups of schedules to the tiers: expands each distinct rule once over the window
+    (dispatch.forecast_counts), counts each group's occurrences per bucket, and keeps the work
+    spent under OCCURRENCE_BUDGET (instants listed plus buckets counted)."""
+
+    def __init__(self, tiers, start, span, now, host):
+        self.tiers, self.now, self.host = tiers, now, host
+        self.lo = start - timedelta(hours=1)  # older next instants are the scanner's backlog, due now
+        self.hi = start + min(span, WEEK)
+        self.start_s = fcounts.seconds(start)
+        self.hi_s = fcounts.seconds(self.hi)
+        # name -> (first bucket start, step, number of buckets, end) in epoch seconds
+        self.meta = {}
+        for name, tspan, step in TIERS:
+            b0 = fcounts.seconds(tiers[name][0].start)
+            self.meta[name] = (b0, int(step.total_seconds()), len(tiers[name]),
+                               min(self.start_s + int(tspan.total_seconds()), self.hi_s))
+        self.rules: dict = {}
+        self.hosts: dict = {}
+        self.fits: dict = {}
+        self.spent = 0
+        self.truncated = 0
+        self.groups: dict = {}
+
+    def host_of(self, url):
+        h = self.hosts.get(url)
+        if h is None:
+            h = self.hosts[url] = target_host(url)
+        return h
+
+    def counts_for(self, version, anchor):
+        key = (version, anchor)
+        got = self.rules.get(key)
+        if got is None:
+            try:
+                # cron and at() ignore the anchor (the group key has None for them)
+                got = fcounts.occurrence_counts(rule_for(version, anchor or self.lo), self.lo, self.hi)
+            except timeexpr.ExpressionError:
+                got = fcounts.Counts([])  # parked by the scanner: it makes nothing meanwhile
+            self.truncated += got.truncated
+            self.spent += len(got) if isinstance(got, fcounts.Counts) else 1
+            self.rules[key] = got
+            if self.spent > OCCURRENCE_BUDGET:
+                raise _OverBudget
+        return got
+
+    def take(self, row, n: int, offset: int | None = None) -> bool:
+        """One grouped row (n schedules); offset overrides the row's (a respread preview). Returns
+        whether it is in scope (its target host)."""
+        expression, tz, dst_s, dst_r, end_at, anchor, next_at, row_offset, grace, url, *_ = row
+        h = self.host_of(url)
+        if self.host and h != self.host:
+            return False
+        counts = self.counts_for(_Version(expression, tz, dst_s, dst_r), anchor)
+        first = counts.first_at_or_after(max(math.ceil((next_at - fcounts.EPOCH).total_seconds()),
+                                             fcounts.seconds(self.lo)))
+        if end_at is not None:
+            stop = math.ceil((end_at - fcounts.EPOCH).total_seconds())
+        else:
+            stop = self.hi_s
+        if first is None or first >= stop:
+            return True
+        shift = row_offset if offset is None else offset
+        if counts.minute_aligned:
+            # Instants and bucket edges on whole minutes: only the offset's whole minutes move one
+            # across an edge, so schedules a few seconds apart count alike.
+            shift -= shift % 60
+        key = (id(counts), first, min(stop, self.hi_s), shift, grace, h)
+        if key not in self.groups:
+            self.groups[key] = [counts, 0]
+        self.groups[key][1] += n
+        return True
+
+    def add_all(self, scale: float, var_weight: float) -> None:
+        """Every group into the buckets: due += count * schedules * scale, and the sampling
+        variance of that estimate, var_weight * schedules * count**2 (each schedule of the sample
+        brings its own count in that bucket)."""
+        for (_, first, stop, shift, grace, h), (counts, n) in self.groups.items():
+            occurrences = counts.count(first, stop)
+            self.spent += min(occurrences, 520)
+            if self.spent > OCCURRENCE_BUDGET:
+                raise _OverBudget
+            if not occurrences:
+                continue
+            for name, (b0, step, nb, end) in self.meta.items():
+                per = {}
+                if occurrences <= nb:
+                    for t in counts.between(first, stop):
+                        e = t + shift
+                        if e >= end:
+                            break
+                        i = max(0, (e - b0) // step)
+                        per[i] = per.get(i, 0) + 1
+                else:
+                    for i in range(nb):
+                        lo = first if i == 0 else max(first, b0 + i * step - shift)
+                        hi = min(b0 + (i + 1) * step, end) - shift
+                        c = counts.count(lo, min(hi, stop))
+                        if c:
+                            per[i] = c
+                buckets = self.tiers[name]
+                for i, c in per.items():
+                    if i >= nb:
+                        continue
+                    b = buckets[i]
+                    b.due += c * n * scale
+                    b.var += var_weight * n * c * c
+                    b.min_grace = grace if b.min_grace is None else min(b.min_grace, grace)
+                    if name == "hour":
+                        b.hosts[h] = b.hosts.get(h, 0) + c * n * scale
+
+
 def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None = None,
-             respread: tuple | None = None, span: timedelta = WEEK) -> Forecast:
+             respread: Respread | None = None, span: timedelta = WEEK) -> Forecast:
     """Runs becoming eligible in each bucket ahead, for every tenant (tenant_ids None), some
-    tenants, and/or one target host ("host:port"). `respread` = (schedule ids, window): the
-    forecast as it would be if those schedules had that spread window (a bulk spread's preview;
-    one whose rule the window does not fit keeps its own, as the change would leave it).
-    `span` bounds how far ahead occurrences are walked: /metrics asks for the next hour only, a
-    small part of a week's work for sub-hourly rules (the tiers beyond it stay empty)."""
+    tenants, and/or one target host ("host:port"). `respread`: the forecast as it would be if the
+    schedules of a bulk spread's selection had its window (the preview; one whose rule the window
+    does not fit keeps its own, as the change would leave it).
+    `span` bounds how far ahead occurrences are counted: /metrics asks for the next hour only.
+
+    Steps: (1) the runs already made ahead, exactly; (2) the scope's size from the counts the
+    database keeps: up to EXACT_SCHEDULES every schedule is counted, beyond that a uniform sample
+    by id of about SAMPLE_SCHEDULES; (3) the schedules grouped in the database by everything the
+    buckets depend on; (4) each distinct rule expanded once, each group counted per bucket; past
+    OCCURRENCE_BUDGET the sample is halved and counted again."""
     now = now or db_now()
     tiers = _buckets(now)
     waiting = _materialised(tiers, tenant_ids, host, now)
-    until = now + min(span, WEEK)
+    start = now.replace(second=0, microsecond=0)
+    until = start + min(span, WEEK)
     scope = _scope(tenant_ids).filter(next_run_at__lt=until)
-    # Plain tuples in id order (model instances cost several times more to build, at 50,000 rows).
-    rows = list(scope.order_by("id").values_list(
-        "id", "anchor_at", "next_run_at", "current__expression", "current__time_zone", "current__dst_skipped",
-        "current__dst_repeated", "current__end_at", "current__spread_offset_seconds",
-        "current__misfire_grace_seconds", "current__target_url")[:EXACT_SCHEDULES + 1])
-    exact = len(rows) <= EXACT_SCHEDULES
-    rows = rows[:EXACT_SCHEDULES]
-    # Each rule is walked once from the earliest next instant in scope (no more than an hour back:
-    # older ones are the scanner's backlog, due now, and mostly misfires).
-    after = max(min((r[2] for r in rows), default=now), now - timedelta(hours=1)) - timedelta(microseconds=1)
-    walks: dict = {}
-    fits: dict = {}
-    hosts: dict = {}
-    # Schedules that fall in the same buckets alike (same rule, first instant, offset, grace and
-    # host) are counted together: a fleet of `0 0 * * *` costs one pass over its week per offset.
-    groups: dict = {}
-    truncated = spent = counted = 0
-    for sid, anchor, next_at, expression, tz, dst_s, dst_r, end_at, offset, grace, url in rows:
-        h = hosts.get(url)
-        if h is None:
-            h = hosts[url] = target_host(url)
-        if host and h != host:
-            counted += 1
-            continue
-        v = _Version(expression, tz, dst_s, dst_r, end_at)
-        key = _rule_key(anchor, v)
-        if key not in walks:
-            try:
-                walked, cut = _walk(rule_for(v, anchor), v, after, until)
-            except timeexpr.ExpressionError:
-                walked, cut = [], False  # parked by the scanner: it makes nothing meanwhile
-            truncated += cut
-            walks[key] = walked
-        instants = walks[key]
-        if respread and str(sid) in respread[0]:
-            if key not in fits:
-                fits[key] = _fits(respread[1], v, anchor, now)
-            if fits[key]:
-                offset = spread_offset(sid, respread[1])  # the preview's counts only
-        first = bisect.bisect_left(instants, next_at)
-        group = (key, first, offset, grace, h)
-        if group not in groups:
-            # Past the budget the schedules read so far are the sample (an id-ordered prefix).
-            if spent + len(instants) - first > OCCURRENCE_BUDGET and counted:
-                exact = False
-                break
-            spent += len(instants) - first
-            groups[group] = 0
-        groups[group] += 1
-        counted += 1
-    # The counted schedules are the first `counted` of the scope in id order: a uniform sample
-    # with fraction (last id counted + 1) / 2**128 unless every schedule of the scope was counted.
-    if exact:
-        fraction = 1.0
-    else:
-        last = rows[counted - 1][0].int if counted else 0
-        fraction = max((last + 1) / 2 ** 128, 1e-12)
-    scale = 1.0 / fraction
-    for (key, first, offset, grace, h), n in groups.items():
-        shift = timedelta(seconds=offset)
-        for at in walks[key][first:]:
-            _add(tiers, max(at + shift, now), n * scale, grace=grace, host=h, now=now)
+    size = _scope_size(tenant_ids)
+    fraction = 1.0 if size <= EXACT_SCHEDULES else min(1.0, SAMPLE_SCHEDULES / size)
+    rules_cache = None
+    while True:
+        counter = _Counter(_buckets(now), start, span, now, host)
+        if rules_cache is not None:
+            counter.rules = rules_cache
+        sample = scope
+        if fraction < 1.0:
+            bound = int(fraction * 2 ** 128)
+            sample = scope.filter(id__lt=uuid.UUID(int=bound))
+        try:
+            counted = 0
+            if respread:
+                # The selection row by row (each its own offset under the new window), the rest grouped.
+                selected = sample.filter(respread.q()).annotate(anchored=_anchored()).values_list(*_GROUP_FIELDS, "id")
+                for row in selected.iterator(chunk_size=5000):
+                    offset = None
+                    if not respread.host or counter.host_of(row[9]) == respread.host:
+                        offset = _respread_offset(counter, row, respread.window, now)
+                    counted += counter.take(row, 1, offset)
+                sample = sample.exclude(respread.q())
+            few = fraction < 1.0 or (tenant_ids is not None and size <= SAMPLE_SCHEDULES * 4)
+            for row in _grouped(sample, few=few):
+                counted += row[-1] if counter.take(row, row[-1]) else 0
+            scale = 1.0 / fraction
+            counter.add_all(scale, (1 - fraction) / fraction ** 2)
+            break
+        except _OverBudget:
+            rules_cache = counter.rules
+            fraction = min(fraction / 2, SAMPLE_SCHEDULES / max(size, 1))
+            if fraction < 1e-9:
+                raise
+    counted_tiers = counter.tiers
+    for name in tiers:
+        for b, c in zip(tiers[name], counted_tiers[name]):
+            b.due += c.due
+            b.var += c.var
+            if c.min_grace is not None:
+                b.min_grace = c.min_grace if b.min_grace is None else min(b.min_grace, c.min_grace)
+            for h, n in c.hosts.items():
+                b.hosts[h] = b.hosts.get(h, 0) + n
+    exact = fraction >= 1.0
     f = Forecast(now=now, tiers=tiers, exact=exact, fraction=fraction, schedules_counted=counted,
-                 schedules_estimated=counted * scale, waiting_now=waiting,
-                 capacity=capacity(tenant_ids=tenant_ids, now=now), truncated_rules=truncated)
+                 schedules_estimated=counted / fraction, waiting_now=waiting,
+                 capacity=capacity(tenant_ids=tenant_ids, now=now), truncated_rules=counter.truncated)
     f.warnings = warnings(f)
     return f
+
+
+def _respread_offset(counter, row, window, now):
+    """The offset a schedule of a bulk spread's preview would have, or None (keeps its own: the
+    window does not fit its rule)."""
+    expression, tz, dst_s, dst_r, _end, anchor, *_rest, sid = row
+    key = (expression, tz, dst_s, dst_r, anchor)
+    if key not in counter.fits:
+        counter.fits[key] = _fits(window, _Version(expression, tz, dst_s, dst_r), anchor or now, now)
+    return spread_offset(sid, window) if counter.fits[key] else None
 
 
 def _fits(window: int, version, anchor, now: datetime) -> bool:
@@ -344,9 +518,12 @@ def as_json(f: Forecast) -> dict:
         "schedulesEstimated": round(f.schedules_estimated),
         "waitingNow": f.waiting_now,
         "truncatedRules": f.truncated_rules,
-        "tiers": {name: [{"start": iso(b.start), "due": round(b.due, 1)} for b in f.tiers[name]]
+        "statedError": f.stated_error,
+        "tiers": {name: [{"start": iso(b.start), "due": round(b.due, 1), "error": round(b.error, 1)}
+                         for b in f.tiers[name]]
                   for name, _, _ in TIERS},
-        "nextHourPeak": ({"start": iso(p.start), "due": round(p.due, 1)} if (p := f.peak()) else None),
+        "nextHourPeak": ({"start": iso(p.start), "due": round(p.due, 1), "error": round(p.error, 1)}
+                         if (p := f.peak()) else None),
         "capacity": {"peakRunsPerSecond": round(f.capacity.peak_runs_per_second, 2),
                      "peakMinute": iso(f.capacity.peak_minute), "workersAlive": f.capacity.workers_alive,
                      "meanLatencySeconds": f.capacity.mean_latency_seconds,

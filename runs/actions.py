@@ -474,13 +474,19 @@ def backfill_schedule(schedule, *, start: datetime, end: datetime, by: Actor) ->
 MAX_BULK_SPREAD = 5_000
 
 
-def schedules_for_spread(tenant: Tenant, *, host: str | None = None, expression: str | None = None) -> list:
+def schedules_for_spread(tenant: Tenant, *, host: str | None = None, expression: str | None = None,
+                         without_window: int | None = None) -> list:
     """A tenant's active schedules, optionally only those calling one target host ("host:port")
     and/or with one expression (as written), in id order: the selection of a bulk spread. At most
-    MAX_BULK_SPREAD + 1 are read, so a caller can tell a selection that is too large."""
+    MAX_BULK_SPREAD + 1 are read, so a caller can tell a selection that is too large.
+    `without_window`: leave out those that have this window already, so a selection larger than
+    one bulk change is applied in parts, each taking the next ones."""
+
     qs = Schedule.objects.filter(tenant=tenant, status=ScheduleStatus.ACTIVE).select_related("current")
     if expression:
         qs = qs.filter(current__expression=expression)
+    if without_window is not None:
+        qs = qs.exclude(current__spread_seconds=without_window)
     out = []
     for s in qs.order_by("id").iterator(chunk_size=2000):
         if host and target_host(s.current.target_url) != host:

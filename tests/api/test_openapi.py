@@ -20,6 +20,7 @@ CONTRACT = {
     ("/api/v1/runs/{id}/retry", "post"), ("/api/v1/runs/{id}/cancel", "post"),
     ("/api/v1/keys", "get"), ("/api/v1/keys", "post"), ("/api/v1/keys/{id}", "get"),
     ("/api/v1/keys/{id}/revoke", "post"), ("/api/v1/audit", "get"), ("/api/v1/forecast", "get"),
+    ("/api/v1/forecast/spread/preview", "post"), ("/api/v1/forecast/spread", "post"),
     ("/api/v1/owners", "get"), ("/api/v1/owners", "post"), ("/api/v1/owners/{slug}", "get"),
     ("/api/v1/owners/{slug}", "patch"), ("/api/v1/owners/{slug}/test-notification", "post"),
     ("/api/v1/retry-cost", "get"), ("/api/v1/schedules/{id}/retry-cost", "get"), ("/api/v1/owners/{slug}/retry-cost", "get"),

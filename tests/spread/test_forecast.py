@@ -68,10 +68,16 @@ def test_beyond_its_budget_the_forecast_samples_and_says_so(tenant, target, monk
     minute = _minute_ahead()
     _daily(tenant, target.url + "/d", minute, 1000)
     monkeypatch.setattr(fc, "EXACT_SCHEDULES", 300)
+    monkeypatch.setattr(fc, "SAMPLE_SCHEDULES", 300)
     f = fc.forecast(tenant_ids=[tenant.id])
-    assert not f.exact and f.method.startswith("sampled") and f.schedules_counted == 300
-    # A uniform sample by id: the estimate is within a few standard errors of the truth.
-    assert 700 < _hour_bucket(f, minute).due < 1400 and 700 < f.schedules_estimated < 1400
+    assert not f.exact and f.method.startswith("sampled") and f.fraction == pytest.approx(0.3)
+    assert f.stated_error.startswith("sampled") and fc.as_json(f)["method"] == "sampled"
+    # A uniform sample by id (about 300 of the 1,000): the estimate carries its error, and the truth
+    # is within it (four standard errors here, so the test fails about once in 16,000 runs).
+    bucket = _hour_bucket(f, minute)
+    assert 150 < f.schedules_counted < 450 and bucket.error > 0
+    assert abs(bucket.due - 1000) < bucket.error * 4 / 1.96, (bucket.due, bucket.error)
+    assert fc.as_json(f)["tiers"]["hour"][[b.start for b in f.tiers["hour"]].index(minute)]["error"] > 0
 
 
 def test_one_target_host_and_other_tenants(tenant, other_tenant, target):

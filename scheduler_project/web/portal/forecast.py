@@ -90,14 +90,14 @@ def _shaping(request, tenants_visible, f, tz):
         return {"v": values, "error": "give the spread window as a whole number of seconds"}
     window = int(values["window"])
     selected = actions.schedules_for_spread(tenant, host=values["host"] or None,
-                                            expression=values["expression"] or None)
-    too_many = len(selected) > actions.MAX_BULK_SPREAD
-    ids = frozenset(str(s.id) for s in selected)
-    after = fc.forecast(tenant_ids=[tenant.id], respread=(ids, window))
+                                                     expression=values["expression"] or None, without_window=window)
+    too_many = len(selected) > actions.MAX_BULK_SPREAD  # applied in parts
+    after = fc.forecast(tenant_ids=[tenant.id], respread=fc.Respread(tenant.id, window, values["host"] or None,
+                                                                     values["expression"] or None))
     before = fc.forecast(tenant_ids=[tenant.id])
     return {"v": values, "tenant": tenant, "window": window, "selected": len(selected), "too_many": too_many,
             "max": actions.MAX_BULK_SPREAD, "before_peak": before.peak(), "after_peak": after.peak(),
-            "after": after, "can_apply": can(request.user, "operate_schedules", tenant.id) and not too_many,
+            "after": after, "can_apply": can(request.user, "operate_schedules", tenant.id) and bool(selected),
             "chart": forecast_chart("hour", after.tiers["hour"], tz)}
 
 
@@ -116,10 +116,12 @@ def forecast_spread(request):
     if (host and fc.host_problem(host)) or (expression and "\x00" in expression):
         messages.error(request, fc.host_problem(host or "") if host else "an expression cannot contain NUL")
         return redirect("dispatch-forecast")
-    selected = actions.schedules_for_spread(tenant, host=host, expression=expression)
+    # The next part of the selection: those without the window yet, at most one bulk change's worth.
+    selected = actions.schedules_for_spread(tenant, host=host, expression=expression, without_window=int(raw))
+    more = len(selected) > actions.MAX_BULK_SPREAD
     try:
-        out = actions.spread_schedules(tenant, selected, int(raw), by=actor_for(request),
-                                       selection={"host": host, "expression": expression})
+        out = actions.spread_schedules(tenant, selected[:actions.MAX_BULK_SPREAD], int(raw),
+                                                by=actor_for(request), selection={"host": host, "expression": expression})
     except ServiceError as e:
         messages.error(request, service_message(e))
         return redirect("dispatch-forecast")
@@ -128,6 +130,8 @@ def forecast_spread(request):
         text += f"; {out['unchanged']} already had it"
     if out["refused"]:
         text += f"; {len(out['refused'])} left as they were (the window does not fit their rule, or they changed)"
+    if more:
+        text += f"; more of the selection remain: apply again for the next {actions.MAX_BULK_SPREAD}"
     messages.success(request, text + ".")
     return redirect(f"{reverse('dispatch-forecast')}?tenant={tenant.id}")
 
