@@ -700,6 +700,8 @@ def main():
     ap.add_argument("--lease", type=int, default=10, help="SCHEDULER_LEASE_SECONDS")
     ap.add_argument("--readers", type=int, default=4, help="portal reader loops")
     ap.add_argument("--workers", default="256x200", help="CONCURRENCYxBATCH of each of the two workers")
+    ap.add_argument("--noisy-rate", type=int, default=None,
+                    help="runs due per second for the noisy tenant; default max(30, rate/7) (10 below 30 minutes)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--strict-spike", action=argparse.BooleanOptionalAction, default=None,
                     help="exit 1 when the spike's made_after_T is not 0 (default from 30 minutes: below, a loaded "
@@ -716,7 +718,7 @@ def main():
         keep_partitions=args.keep_partitions, lease=args.lease,
         sweep_every=15.0 if short else 30.0, sweep_margin=40.0,
     )
-    plan.noisy_rate = max(10 if short else 30, plan.rate // 7)
+    plan.noisy_rate = args.noisy_rate if args.noisy_rate is not None else max(10 if short else 30, plan.rate // 7)
     plan.strict_spike = args.strict_spike if args.strict_spike is not None else not short
     if os.geteuid() != 0:
         raise SystemExit("soak needs root: network namespaces, and pg_autoctl run as the postgres user")
