@@ -851,7 +851,9 @@ def run(plan: Plan, args) -> int:
         log("processes up: scan, work x2 (w2 in its namespace), reconcile, relay, maintain, gunicorn x2")
 
         if plan.quiet_spike:
-            at = _instant(C, lead=20)
+            # As far ahead as the scanner's look-ahead (SCHEDULER_LOOKAHEAD_SECONDS) reaches, so that it can
+            # make the spike before its instant as it would a real midnight.
+            at = _instant(C, lead=130)
             arm_spike(C, "sq", at)
             log(f"quiet spike: {plan.spike:,} due at {at:%H:%M:%S} with nothing else due")
             outcome.quiet_spike = spike_figures(C, info["spikes"]["sq"], at, timeout=600, log=log)
