@@ -296,7 +296,7 @@ def main():
                     help="comma-separated POOL:CONCURRENCY for Celery; the best is compared")
     ap.add_argument("--skip", default="", help="comma-separated sides to leave out: pgqueuer,dbos,procrastinate,celery,floor")
     ap.add_argument("--poll", type=float, default=1.0)
-    ap.add_argument("--lead", type=float, default=8.0)
+    ap.add_argument("--lead", type=float, default=15.0, help="seconds from loading our runs to their instant (raise it on a loaded machine)")
     ap.add_argument("--database", default="scheduler_bench_peers")
     args = ap.parse_args()
     cfg = C.WorkerConfig.parse(args.config)

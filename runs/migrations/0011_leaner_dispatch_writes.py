@@ -25,32 +25,10 @@ def _occurrence_version_index(cur) -> str | None:
     return row[0] if row else None
 
 
-CONSTRAINT = models.UniqueConstraint(fields=["event_id", "created_at"], name="outbox_event_id_unique")
-
-
-def _version_field(db_index: bool):
-    field = models.ForeignKey("schedules.ScheduleVersion", on_delete=models.deletion.PROTECT,
-                              related_name="occurrences", db_index=db_index)
-    field.set_attributes_from_name("version")
-    return field
-
-
-def _elsewhere(apps, schema_editor, forwards: bool):
-    """SQLite (and an unpartitioned PostgreSQL): the schema editor's own operations."""
-    OutboxEvent, Occurrence = apps.get_model("runs", "OutboxEvent"), apps.get_model("runs", "Occurrence")
-    old, new = _version_field(forwards), _version_field(not forwards)
-    old.model = new.model = Occurrence
-    if forwards:
-        schema_editor.remove_constraint(OutboxEvent, CONSTRAINT)
-    else:
-        schema_editor.add_constraint(OutboxEvent, CONSTRAINT)
-    schema_editor.alter_field(Occurrence, old, new)
-
-
 def forwards(apps, schema_editor):
     conn = schema_editor.connection
     if conn.vendor != "postgresql":
-        return _elsewhere(apps, schema_editor, True)
+        return  # the operations below
     with conn.cursor() as cur:
         cur.execute("ALTER TABLE runs_outboxevent DROP CONSTRAINT IF EXISTS outbox_event_id_unique")
         name = _occurrence_version_index(cur)
@@ -61,31 +39,53 @@ def forwards(apps, schema_editor):
 def backwards(apps, schema_editor):
     conn = schema_editor.connection
     if conn.vendor != "postgresql":
-        return _elsewhere(apps, schema_editor, False)
+        return
     with conn.cursor() as cur:
         cur.execute("ALTER TABLE runs_outboxevent ADD CONSTRAINT outbox_event_id_unique UNIQUE (event_id, created_at)")
         if not _occurrence_version_index(cur):
             cur.execute("CREATE INDEX runs_occurrence_version_id_af599233 ON runs_occurrence (version_id)")
 
 
+class OffPostgreSQL(migrations.operations.base.Operation):
+    """`operation` on the state everywhere, and on the database everywhere but PostgreSQL, where
+    forwards/backwards above do it on the partitioned tables."""
+
+    reversible = True
+
+    def __init__(self, operation):
+        self.operation = operation
+
+    def deconstruct(self):
+        return self.__class__.__name__, [self.operation], {}
+
+    def state_forwards(self, app_label, state):
+        self.operation.state_forwards(app_label, state)
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor != "postgresql":
+            self.operation.database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor != "postgresql":
+            self.operation.database_backwards(app_label, schema_editor, from_state, to_state)
+
+    def describe(self):
+        return self.operation.describe()
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
         ("runs", "0010_recent_state_count"),
-        ("schedules", "0001_initial"),
     ]
 
     operations = [
-        migrations.SeparateDatabaseAndState(
-            database_operations=[migrations.RunPython(forwards, backwards)],
-            state_operations=[
-                migrations.RemoveConstraint(model_name="outboxevent", name="outbox_event_id_unique"),
-                migrations.AlterField(
-                    model_name="occurrence",
-                    name="version",
-                    field=models.ForeignKey(db_index=False, on_delete=models.deletion.PROTECT,
-                                            related_name="occurrences", to="schedules.scheduleversion"),
-                ),
-            ],
-        ),
+        migrations.RunPython(forwards, backwards),
+        OffPostgreSQL(migrations.RemoveConstraint(model_name="outboxevent", name="outbox_event_id_unique")),
+        OffPostgreSQL(migrations.AlterField(
+            model_name="occurrence",
+            name="version",
+            field=models.ForeignKey(db_index=False, on_delete=models.deletion.PROTECT, related_name="occurrences",
+                                    to="schedules.scheduleversion"),
+        )),
     ]
