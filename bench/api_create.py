@@ -129,7 +129,7 @@ def one_run(args, url, key, tag):
             "p50": C.percentile(times, 50), "p99": C.percentile(times, 99)}
 
 
-def wrk_run(args, url, key, tag):
+def wrk_run(args, url, key, tag, path="/api/v1/schedules", table="schedules_schedule", pid=None):
     """The single creates from wrk (Debian's package; a C load generator, one thread and
     `--threads` connections) for `--seconds`: a client of a few tens of microseconds of CPU per
     request, so the 2 cores are nearly all the server's. The schedules made are counted in the
@@ -138,16 +138,17 @@ def wrk_run(args, url, key, tag):
 
     if not shutil.which("wrk"):
         sys.exit("--client wrk needs wrk: apt-get install wrk")
-    before = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
-    meter, client0 = start_cpu(args), os.times()
+    before = C.sql(f"SELECT count(*) FROM {table}")[0][0]
+    meter, client0 = start_cpu(args, pid), os.times()
     t0 = time.perf_counter()
     out = subprocess.run(["wrk", "-t1", f"-c{args.threads}", f"-d{args.seconds}s", "--latency", "-s",
                           str(Path(__file__).with_name("api_create_wrk.lua")), url],
-                         env={**os.environ, "KEY": key, "TAG": tag}, capture_output=True, text=True, check=True)
+                         env={**os.environ, "KEY": key, "TAG": tag, "WRK_PATH": path}, capture_output=True, text=True,
+                         check=True)
     wall = time.perf_counter() - t0
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     time.sleep(1)  # requests still in flight when wrk stopped finish in gunicorn and are counted
-    made = C.sql("SELECT count(*) FROM schedules_schedule")[0][0] - before
+    made = C.sql(f"SELECT count(*) FROM {table}")[0][0] - before
     failed = seen["not_2xx"] + seen["socket_errors"]
     codes = {201: made, "not 201 or no answer": failed} if failed else {201: made}
     # wrk's own figures count from its start; the rate is what the database holds over the wall time.
@@ -155,14 +156,16 @@ def wrk_run(args, url, key, tag):
             "p50": seen["p50_us"] / 1e6, "p99": seen["p99_us"] / 1e6, "created": made}
 
 
-def start_cpu(args):
+def start_cpu(args, pid=None):
     """Where the CPU goes: gunicorn (master and workers), every PostgreSQL process (the backends
     serving the workers, the WAL writer, the checkpointer), and this process (the clients)."""
-    gunicorn = [args.gunicorn_pid] + [int(p) for p in subprocess.run(
-        ["pgrep", "-P", str(args.gunicorn_pid)], capture_output=True, text=True).stdout.split()]
+    pid = pid or args.gunicorn_pid
+    gunicorn = [pid] + [int(p) for p in subprocess.run(
+        ["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
     meter = C.CpuMeter()
     meter.start({"gunicorn": gunicorn})
-    meter.postgres0 = postgres_cpu()
+    meter.database = args.database if args.own_backends else None
+    meter.postgres0 = postgres_cpu(meter.database)
     # Sampled through the run too: a backend that ends mid-run (Django reconnects after
     # CONN_MAX_AGE) keeps the CPU it was last seen with.
     meter.postgres_seen = dict(meter.postgres0)
@@ -170,17 +173,26 @@ def start_cpu(args):
 
     def sample():
         while not meter.sampling.wait(0.5):
-            meter.postgres_seen.update(postgres_cpu())
+            meter.postgres_seen.update(postgres_cpu(meter.database))
 
     meter.sampler = threading.Thread(target=sample, daemon=True)
     meter.sampler.start()
     return meter
 
 
-def postgres_cpu() -> dict:
-    """CPU seconds of every PostgreSQL process by pid: a backend a worker opens during the run is
-    counted from its start."""
+def postgres_cpu(database: str | None = None) -> dict:
+    """CPU seconds of PostgreSQL processes by pid: a backend a worker opens during the run is
+    counted from its start. With `database`, only the backends connected to it (their process
+    title names it): on a machine shared with other work, the server's other sessions are not
+    this benchmark's; the WAL writer and checkpointer are then left out too."""
     pids = subprocess.run(["pgrep", "-u", "postgres"], capture_output=True, text=True).stdout.split()
+    if database:
+        def ours(pid):
+            try:
+                return f" {database} ".encode() in open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                return False
+        pids = [p for p in pids if ours(p)]
     return {p: cpu for p in pids if (cpu := C.proc_cpu(int(p))) is not None}
 
 
@@ -189,11 +201,12 @@ def stop_cpu(meter, client0, n) -> dict:
     client1 = os.times()
     meter.sampling.set()
     meter.sampler.join()
-    meter.postgres_seen.update(postgres_cpu())
+    meter.postgres_seen.update(postgres_cpu(meter.database))
     used["postgres"] = sum(cpu - meter.postgres0.get(pid, 0.0) for pid, cpu in meter.postgres_seen.items())
     # This process's threads, and a client process it ran and waited for (wrk).
     used["client"] = sum(getattr(client1, f) - getattr(client0, f)
                          for f in ("user", "system", "children_user", "children_system"))
+    n = max(n, 1)
     return {"gunicorn": used["gunicorn"] / n * 1000, "postgres": used["postgres"] / n * 1000,
             "client": used["client"] / n * 1000, "busy": used["_machine_busy_cores"]}
 
@@ -254,6 +267,14 @@ def main():
     ap.add_argument("--quota", type=int, default=1_000_000_000,
                     help="the tenant's schedule quota (SCHEDULER_MAX_SCHEDULES_PER_TENANT): by default one that "
                          "applies, as a deployment's does, and is never reached; 0: no quota")
+    ap.add_argument("--own-backends", action="store_true",
+                    help="count only the PostgreSQL backends of the bench database (on a machine shared with other "
+                         "work), not every PostgreSQL process")
+    ap.add_argument("--warmup", type=float, default=3.0,
+                    help="seconds of wrk sent to each server before the measured repeats (not counted): the first "
+                         "request of each worker imports the URL configuration")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="single creates with wrk are interleaved with the DRF floor app (bench/drf_floor) unless this is given")
     ap.add_argument("--database", default="scheduler_bench_api")
     args = ap.parse_args()
 
@@ -271,22 +292,47 @@ def main():
                          SCHEDULER_MAX_SCHEDULES_PER_TENANT=args.quota)
     gunicorn = subprocess.Popen(
         [str(C.PYTHON.parent / "gunicorn"), "scheduler_project.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(args.gunicorn_workers), "--log-level", "warning",
+         "--workers", str(args.gunicorn_workers), "--log-level", "warning", "--timeout", "120",
          *(["--worker-class", "gthread", "--threads", str(args.gunicorn_threads)] if args.gunicorn_threads else [])],
         cwd=C.CODE, env=env)
     args.gunicorn_pid = gunicorn.pid
+    floor = None
+    with_floor = not args.bulk and args.client == "wrk" and not args.no_floor
+    if with_floor:
+        # The framework's floor (bench/drf_floor): the same gunicorn, workers and wrk, its own table.
+        sys.path.insert(0, str(C.BENCH))
+        from drf_floor.table import TABLE_SQL
+
+        C.sql(TABLE_SQL, fetch=False)
+        floor_port = free_port()
+        floor = subprocess.Popen(
+            [str(C.PYTHON.parent / "gunicorn"), "drf_floor.wsgi", "--bind", f"127.0.0.1:{floor_port}",
+             "--workers", str(args.gunicorn_workers), "--log-level", "warning", "--timeout", "120",
+             *(["--worker-class", "gthread", "--threads", str(args.gunicorn_threads)] if args.gunicorn_threads else [])],
+            cwd=C.BENCH, env={**C.bench_env(args.database), "DJANGO_SETTINGS_MODULE": "drf_floor.settings"})
     try:
         url = f"http://127.0.0.1:{port}"
         import requests
 
-        for _ in range(100):
-            try:
-                if requests.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        results = []
+        for health in [url + "/healthz"] + ([f"http://127.0.0.1:{floor_port}/items"] if floor else []):
+            for _ in range(100):
+                try:
+                    if requests.get(health, timeout=1).status_code in (200, 405):
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(0.1)
+        if args.client == "wrk" and not args.bulk and args.warmup:
+            seconds, args.seconds = args.seconds, max(1, round(args.warmup))
+            wrk_run(args, url, key, "warm")
+            if floor:
+                wrk_run(args, f"http://127.0.0.1:{floor_port}", key, "warm", path="/items",
+                        table="bench_drf_floor_item", pid=floor.pid)
+            args.seconds = seconds
+            warm = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
+        else:
+            warm = 0
+        results, floors = [], []
         for rep in range(args.repeats):
             r = one_run(args, url, key, f"r{rep}")
             results.append(r)
@@ -295,9 +341,18 @@ def main():
                      f"client {cpu['client']:.2f} ms; machine busy {cpu['busy']:.2f} cores") if cpu else ""
             print(f"  [#{rep + 1}] {r['n']} {'schedules in batches of ' + str(args.bulk) if args.bulk else 'creates'} in {r['wall']:.1f}s: {r['rate']:.0f}/s, request p50 "
                   f"{r['p50'] * 1000:.1f} ms p99 {r['p99'] * 1000:.1f} ms, answers {r['codes']}{where}", flush=True)
+            if floor:
+                f = wrk_run(args, f"http://127.0.0.1:{floor_port}", key, f"f{rep}", path="/items",
+                            table="bench_drf_floor_item", pid=floor.pid)
+                floors.append(f)
+                cpu = f["cpu"]
+                print(f"  [#{rep + 1}] DRF floor: {f['n']} creates in {f['wall']:.1f}s: {f['rate']:.0f}/s, request p50 "
+                      f"{f['p50'] * 1000:.1f} ms p99 {f['p99'] * 1000:.1f} ms, answers {f['codes']}; CPU per create: "
+                      f"gunicorn {cpu['gunicorn']:.2f} ms, PostgreSQL {cpu['postgres']:.2f} ms; ours/floor "
+                      f"{r['rate'] / f['rate']:.2f}x", flush=True)
         ok = all(set(r["codes"]) == {201} for r in results) and all(r.get("created", r["n"]) == r["n"] for r in results)
         made = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
-        ok = ok and made == sum(r["n"] for r in results)
+        ok = ok and made == warm + sum(r["n"] for r in results)
         how = f"batches of {args.bulk} (POST /api/v1/schedules/batch)" if args.bulk else "single creates"
         if args.client == "wrk" and not args.bulk:
             how += f", as many as {args.seconds} s of wrk make,"
@@ -315,12 +370,24 @@ def main():
         if not args.bulk:
             for part in ("gunicorn", "postgres", "client"):
                 print(f"  CPU/create    {part} {C.spread([r['cpu'][part] for r in results], 2, ' ms')}")
+        if floors:
+            ratio = C.median([r["rate"] for r in results]) / C.median([f["rate"] for f in floors])
+            print(f"  DRF floor     {C.spread([f['rate'] for f in floors], 0)} creates/s (bench/drf_floor: one "
+                  f"ModelSerializer, a CreateAPIView, a 10-column row; same gunicorn and wrk, interleaved)")
+            for part in ("gunicorn", "postgres"):
+                print(f"  floor CPU     {part} {C.spread([f['cpu'][part] for f in floors], 2, ' ms')}")
+            per = ", ".join(f"{r['rate'] / f['rate']:.2f}" for r, f in zip(results, floors))
+            print(f"  ours / floor  {ratio:.2f}x (per round: {per}); "
+                  f"goal (issue 31) >= 1.0x: {'met' if ratio >= 1.0 else 'NOT met'}")
         print(f"  check         {'OK: every answer 201' if ok else 'NOT every answer was 201'}, "
-              f"{made} schedules in the database (of {sum(r['n'] for r in results)} sent); load "
+              f"{made - warm} schedules in the database (of {sum(r['n'] for r in results)} sent; {warm} more from the "
+              f"warm-up); load "
               + "/".join(f"{x:.2f}" for x in os.getloadavg()))
     finally:
-        gunicorn.send_signal(signal.SIGTERM)
-        gunicorn.wait(30)
+        for server in (gunicorn, floor):
+            if server is not None:
+                server.send_signal(signal.SIGTERM)
+                server.wait(30)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
--- wrk script of bench/api_create.py --client wrk: POST /api/v1/schedules with a one-time at()
--- schedule, a new name each request; KEY and TAG from the environment. At the end, one JSON line
+-- wrk script of bench/api_create.py --client wrk: POST /api/v1/schedules (or WRK_PATH: the DRF floor
+-- app's /items takes the same body) with a one-time at() schedule, a new name each request; KEY and TAG from the environment. At the end, one JSON line
 -- with what wrk saw (requests, answers that were not 2xx, latency percentiles in microseconds).
 wrk.method = "POST"
-wrk.path = "/api/v1/schedules"
+wrk.path = os.getenv("WRK_PATH") or "/api/v1/schedules"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer " .. os.getenv("KEY")
 local tag = os.getenv("TAG")

@@ -89,6 +89,8 @@ def one_run(args, cfg, sets, target, n, tag):
     if scanners:
         groups["scanners"] = [p.pid for p in scanners]
         groups["scanners' PG backends"] = C.backend_pids("scheduler-scan")
+    if args.statements:
+        C.sql("SELECT pg_stat_statements_reset()")
     meter.start(groups)
     wal0 = C.sql("SELECT pg_current_wal_lsn()")[0][0]
     wait = (t - C.db_now()).total_seconds()
@@ -103,6 +105,8 @@ def one_run(args, cfg, sets, target, n, tag):
     # WAL of the whole server while the burst was dispatched (claims, results, events, and
     # whatever else ran meanwhile: full-page images after a checkpoint count here too).
     wal = C.sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal0])[0][0]
+    if args.statements:
+        r_statements = statements(n, args.statements)
     procs.sample_hwm()
     hwm = [procs.hwm.get(p.pid) for p in procs.procs]
     procs.stop()
@@ -116,10 +120,35 @@ def one_run(args, cfg, sets, target, n, tag):
     r["cpu"] = cpu
     r["wal_per_run"] = float(wal) / n
     r["done"] = done
+    if args.statements:
+        r["statements"] = r_statements
     r["rate"] = n / r["all_succeeded"] if r["all_succeeded"] else None
     # Throughput once the first claim happened (excludes the idle poll before T).
     r["rate_busy"] = n / (r["all_succeeded"] - r["first_started"]) if r["all_succeeded"] else None
     return r
+
+
+def statements(n: int, top: int) -> list[str]:
+    """The burst's statements by time spent in PostgreSQL (pg_stat_statements: planning +
+    execution, wall time of the backend, which on a busy host includes waiting for a core), per
+    run, with their WAL and blocks dirtied per run: where a run's database cost goes."""
+    rows = C.sql(
+        """SELECT calls, total_plan_time + total_exec_time, total_plan_time, rows, wal_bytes, wal_records,
+                  shared_blks_dirtied, shared_blks_hit + shared_blks_read,
+                  coalesce(substring(query FROM '-- name: ([A-Za-z]+)'), left(regexp_replace(query, '\\s+', ' ', 'g'), 70))
+           FROM pg_stat_statements
+           WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND query NOT LIKE '%%pg_stat_statements%%'
+           ORDER BY 2 DESC LIMIT %s""", [top])
+    total = C.sql("""SELECT sum(total_plan_time + total_exec_time), sum(wal_bytes) FROM pg_stat_statements
+                     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())""")[0]
+    out = [f"statements (pg_stat_statements, per run): all {float(total[0]) * 1000 / n:.0f} µs, "
+           f"WAL {float(total[1]) / n:.0f} B"]
+    for calls, ms, plan_ms, nrows, wal, walrec, dirtied, blks, name in rows:
+        out.append(f"{float(ms) * 1000 / n:7.1f} µs (plan {float(plan_ms) * 1000 / n:5.1f}) {float(wal) / n:6.0f} B WAL "
+                   f"{float(walrec) / n:5.1f} WAL records {float(dirtied) / n:5.2f} dirtied {float(blks) / n:6.1f} blocks  "
+                   f"{calls:6d} calls {nrows:7d} rows  {name}")
+    return out
 
 
 def describe(r):
@@ -157,6 +186,9 @@ def main():
     ap.add_argument("--with-loops", action="store_true",
                     help="also run `manage.py relay` and `manage.py reconcile`, as a deployment does (the relay "
                          "publishes or marks every event the burst writes)")
+    ap.add_argument("--statements", type=int, default=0,
+                    help="print the top K statements of each burst by PostgreSQL time per run, with WAL "
+                         "(needs pg_stat_statements in shared_preload_libraries)")
     ap.add_argument("--database", default="scheduler_bench_burst")
     args = ap.parse_args()
     configs = [C.WorkerConfig.parse(x) for x in args.configs.split(",")]
@@ -164,6 +196,8 @@ def main():
     print(C.machine_line(), flush=True)
     C.ensure_out_dir()
     C.setup_database(args.database)
+    if args.statements:
+        C.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", fetch=False)
     target = C.Target(args.target_procs, args.target_kind)
     try:
         t0 = time.monotonic()
@@ -185,6 +219,8 @@ def main():
                 results[cfg.key].append(r)
                 print(f"  [{cfg.key} #{rep + 1}] {describe(r)}  ({time.monotonic() - t1:.0f}s with loading)", flush=True)
                 print(f"      {C.cpu_line(r['cpu'])}", flush=True)
+                for line in r.get("statements", []):
+                    print(f"      {line}", flush=True)
 
         print(f"\nburst: {args.runs} runs due at one instant, target answering 200 at once "
               f"({args.target_procs} x {args.target_kind}), worker poll {args.poll}s, median of {args.repeats}:")

@@ -25,7 +25,9 @@ PLAN = {
                        ["--scanners", "1", "--lead", "60", "--runs", "20000", "--repeats", "1"]),
     "steady": ("steady", [], ["--seconds", "30", "--repeats", "1"]),
     "fairness": ("fairness", [], ["--big", "10000", "--repeats", "1"]),
-    "peers": ("peers", [], ["--jobs", "5000", "--rounds", "1"]),
+    "peers": ("peers", [], ["--jobs", "5000", "--slow-jobs", "1000", "--dbos-jobs", "500", "--floor-jobs", "20000",
+                            "--rounds", "1"]),
+    "index_ab": ("index_ab", [], ["--runs", "5000", "--rounds", "1"]),
     "api_create": ("api_create", [], ["--creates", "800", "--seconds", "5", "--repeats", "1"]),
     # Issue 15: creating through the batch endpoint, the scanner over 10 million schedules, a long
     # history against an empty one, and retention under a steady 278 runs/s.

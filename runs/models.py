@@ -85,7 +85,10 @@ class Occurrence(models.Model):
     # Served by the (schedule, version, instant) unique index.
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences", db_index=False)
     schedule_version = models.PositiveIntegerField()
-    version = models.ForeignKey(ScheduleVersion, on_delete=models.PROTECT, related_name="occurrences")
+    # No index on version, as for Run.version: versions are never deleted, nothing looks
+    # occurrences up by version, and the index cost a write per run made (runs/0011).
+    version = models.ForeignKey(ScheduleVersion, on_delete=models.PROTECT, related_name="occurrences",
+                                db_index=False)
     scheduled_time = models.DateTimeField()
     # What the rule meant: the naive local wall time, the zone, the tz database used, and a note
     # when DST moved or dropped it, so a later tzdata update cannot silently change history.
@@ -363,8 +366,11 @@ class OutboxEvent(models.Model):
     """A run transition, written in the transaction that made it; the relay publishes it."""
 
     id = models.BigAutoField(primary_key=True)
-    # Unique with created_at (outbox_event_id_unique): the partition key must be in it; event ids
-    # are random UUIDs, so the pair is as unique as the id.
+    # Consumers dedupe by event_id. It is a random UUID (uuid4 here, gen_random_uuid() in the
+    # queue statements): unique by its 122 random bits, not by an index. A unique index could only
+    # have been on (event_id, created_at), the partition key being part of every unique index,
+    # which checks nothing the random bits do not already give; it cost a random-position insert
+    # and a uniqueness probe per event, two or three per run (runs/0011).
     event_id = models.UUIDField(default=uuid.uuid4, editable=False)
     # An event is history: the queue statements write it from the RETURNING of the run's own
     # update, so its run and tenant exist when it is written, and it must not stop a run or
@@ -393,10 +399,6 @@ class OutboxEvent(models.Model):
             models.Index(
                 fields=["next_attempt_at", "id"], name="outbox_relay_due_idx", condition=Q(published_at__isnull=True)
             ),
-        ]
-        constraints = [
-            # Consumers dedupe by event_id.
-            models.UniqueConstraint(fields=["event_id", "created_at"], name="outbox_event_id_unique"),
         ]
 
     def __str__(self):

@@ -62,6 +62,12 @@ class _Unprepared:
 # that changes), so the dispatch statements name it, as a parameter the planner prunes with, and
 # plan only the few partitions from there up. Each statement comes in two spellings: with the
 # floor, and without (no floor known: the catalog is empty or the kept partition is live).
+def _named(name: str, floored: bool, sql: str) -> str:
+    """A statement's whole text under its name (`-- name: RunClaimDue` on its first line, as
+    pg_stat_statements and the logs show it); the spelling with the floor is `<name>AboveFloor`."""
+    return f"-- name: {name}{'AboveFloor' if floored else ''}\n{sql.strip()}\n"
+
+
 def _floor(alias: str, floored: bool) -> str:
     return f" AND {alias}scheduled_time >= %(floor)s" if floored else ""
 
@@ -123,8 +129,8 @@ ORDER BY t.pos
 """
 
 
-DUE_TENANTS_SQL = {f: _due_tenants_sql(f) for f in (False, True)}
-CANDIDATES_SQL = {f: _candidates_sql(f) for f in (False, True)}
+DUE_TENANTS_SQL = {f: _named("RunDueTenants", f, _due_tenants_sql(f)) for f in (False, True)}
+CANDIDATES_SQL = {f: _named("RunDueCandidates", f, _candidates_sql(f)) for f in (False, True)}
 
 
 # The scheduled time as text in exactly the form runs.decisions.iso writes (UTC, "Z",
@@ -195,7 +201,7 @@ WITH leased AS (
 {_claim_tail("%(now)s")}"""
 
 
-CLAIM_SQL = {f: _claim_sql(f) for f in (False, True)}
+CLAIM_SQL = {f: _named("RunClaim", f, _claim_sql(f)) for f in (False, True)}
 
 # Claim without explicit caps in play, in one statement: find the tenants with due runs (a skip
 # scan over run_ready_tenant_idx, one probe per tenant), rotate them by %(shift)s, lock up to
@@ -252,7 +258,7 @@ def _claim_due_sql(floored: bool) -> str:
 {_claim_tail("statement_timestamp()")}"""
 
 
-CLAIM_DUE_SQL = {f: _claim_due_sql(f) for f in (False, True)}
+CLAIM_DUE_SQL = {f: _named("RunClaimDue", f, _claim_due_sql(f)) for f in (False, True)}
 
 
 def _claimed(cur) -> list[Claimed]:
@@ -287,12 +293,12 @@ def _uuid_array(ids) -> str:
 
 # Heartbeat: extend the leases this worker still holds at these generations, in one statement;
 # the rows returned are the ones it still owns (the fence is the UPDATE's own WHERE).
-EXTEND_LEASES_SQL = {f: f"""
+EXTEND_LEASES_SQL = {f: _named("RunExtendLeases", f, f"""
 UPDATE runs_run r SET lease_until = statement_timestamp() + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::uuid[], %(gens)s::int[]) AS k(id, generation)
 WHERE r.id = k.id AND r.generation = k.generation AND r.state = '{LEASED}' AND r.lease_owner = %(worker)s{_floor("r.", f)}
 RETURNING r.id, r.generation
-""" for f in (False, True)}
+""") for f in (False, True)}
 
 
 # ISO 8601 in UTC with microseconds, as the outbox payloads written from Python carry them.
@@ -318,7 +324,7 @@ _RESULT_RECORD = ", ".join(f"{col} {sqltype}" for col, sqltype in _RESULT_COLUMN
 # the database's. Each row carries its run's scheduled time (`st`), which is the partition key of
 # the run and of its attempt; %(lo)s and %(hi)s, the batch's earliest and latest, let the planner
 # leave out every partition the batch cannot touch.
-COMPLETE_SQL = f"""
+COMPLETE_SQL = f"""-- name: RunComplete
 WITH v AS (
     SELECT * FROM json_to_recordset(%(rows)s::json) AS v(
         r uuid, st timestamptz, g int, a bigint, s text, d float8, k text, le text, x text, p text, {_RESULT_RECORD})
@@ -354,7 +360,7 @@ SELECT id::text, generation, CASE WHEN row_number() OVER () = 1 THEN statement_t
 """
 
 # Results whose generation lost its lease (rare): kept on their attempts as late evidence.
-KEEP_LATE_SQL = f"""
+KEEP_LATE_SQL = f"""-- name: AttemptKeepLateResult
 UPDATE runs_attempt a SET
     late_result = {_EVIDENCE} || jsonb_build_object('receivedAt', {_ISO.format("statement_timestamp()")})
 FROM json_to_recordset(%(rows)s::json) AS v(a bigint, st timestamptz, {_RESULT_RECORD})
@@ -367,7 +373,7 @@ WHERE a.id = v.a AND a.scheduled_time = v.st AND a.scheduled_time >= %(lo)s AND 
 # alone by ON CONFLICT, so its run is not made twice: the unique constraint decides. (The ORM's
 # bulk_create of occurrences and runs plus a read-back of which were new was over half of a
 # scanner pass's time.)
-INSERT_RUNS_SQL = """
+INSERT_RUNS_SQL = """-- name: RunMaterialise
 WITH v AS (
     SELECT * FROM json_to_recordset(%(rows)s::json) AS v(
         o uuid, r uuid, s uuid, t uuid, sv int, vid bigint, at timestamptz, wall text, lt text, tz text,
@@ -402,7 +408,7 @@ def _ts(dt):
     return dt.isoformat() if dt is not None else None
 
 
-INSERT_EVENTS_SQL = """
+INSERT_EVENTS_SQL = """-- name: OutboxInsertEvents
 INSERT INTO runs_outboxevent (event_id, tenant_id, run_id, kind, payload, created_at, publish_attempts, last_error,
                               published_at)
 SELECT gen_random_uuid(), v.tenant_id, v.run_id, v.kind, v.payload::jsonb, %(now)s, 0, '',
@@ -411,7 +417,7 @@ FROM unnest(%(tenants)s::uuid[], %(runs)s::uuid[], %(kinds)s::text[], %(payloads
      AS v(tenant_id, run_id, kind, payload)
 """
 
-ADVANCE_SCHEDULES_SQL = """
+ADVANCE_SCHEDULES_SQL = """-- name: ScheduleAdvance
 UPDATE schedules_schedule s SET
     next_run_at = v.next_run_at, status = v.status, completed_at = v.completed_at, last_error = v.last_error
 FROM unnest(%(ids)s::uuid[], %(next)s::timestamptz[], %(status)s::text[], %(completed)s::timestamptz[],

@@ -1,0 +1,88 @@
+"""What an index costs the dispatch hot path: claim + complete (runs.queue, in this process, no
+HTTP, as bench/queue_profile.py runs them) over N ready runs, with the indexes that migration
+runs/0011 dropped made again ("before") and without them ("after", the schema as migrated), in
+interleaved rounds in one command. Printed per round and as medians: the PostgreSQL backend's CPU
+per run (from /proc), wall time per run, WAL per run.
+
+    .venv/bin/python bench/index_ab.py [--runs 20000] [--batch 400] [--rounds 3]
+
+Database: scheduler_bench_index_ab (dropped and made again).
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+# The indexes runs/0011 dropped, as they were (runs/0007 made them on the partitioned tables).
+BEFORE = [
+    ("ALTER TABLE runs_outboxevent ADD CONSTRAINT outbox_event_id_unique UNIQUE (event_id, created_at)",
+     "ALTER TABLE runs_outboxevent DROP CONSTRAINT outbox_event_id_unique"),
+    ("CREATE INDEX runs_occurrence_version_id_af599233 ON runs_occurrence (version_id)",
+     "DROP INDEX runs_occurrence_version_id_af599233"),
+]
+
+
+def one_round(s, n, batch, backend):
+    from runs import queue
+    from runs.decisions import Holding
+
+    C.truncate_runs()
+    C.load_due_runs(s, n, "date_trunc('second', now()) - interval '1 second'")
+    C.vacuum_analyze("runs_run", "runs_occurrence", "runs_outboxevent", "runs_attempt")
+    wal0 = C.sql("SELECT pg_current_wal_lsn()")[0][0]
+    pg0, t0, done = C.proc_cpu(backend), time.perf_counter(), 0
+    while True:
+        claims = queue.claim("ab", batch, holding=Holding(batch, 1.0, 1.0))
+        if not claims:
+            break
+        queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200, latency_ms=1,
+                                     remote_address="127.0.0.1", response_excerpt='{"ok":true}') for c in claims])
+        done += len(claims)
+    pg, wall = C.proc_cpu(backend) - pg0, time.perf_counter() - t0
+    wal = float(C.sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal0])[0][0])
+    return {"done": done, "pg_us": pg / done * 1e6, "wall_us": wall / done * 1e6, "wal": wal / done}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=20_000)
+    ap.add_argument("--batch", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--database", default="scheduler_bench_index_ab")
+    args = ap.parse_args()
+
+    print(C.machine_line(), flush=True)
+    C.setup_database(args.database)
+    tenant = C.load_tenant("ab", "http://127.0.0.1:9/")
+    s = C.load_schedules("ab", tenant, args.runs, target_url="http://127.0.0.1:9/run",
+                         next_run_at="now() + interval '10 days'")
+    backend = C.sql("SELECT pg_backend_pid()")[0][0]
+    res = {"before": [], "after": []}
+    for rnd in range(args.rounds):
+        for variant in ("before", "after"):
+            if variant == "before":
+                for make, _ in BEFORE:
+                    C.sql(make, fetch=False)
+            r = one_round(s, args.runs, args.batch, backend)
+            if variant == "before":
+                for _, drop in BEFORE:
+                    C.sql(drop, fetch=False)
+            res[variant].append(r)
+            print(f"  [#{rnd + 1}] {variant:6s} {r['done']}/{args.runs} succeeded: PostgreSQL {r['pg_us']:.0f} µs/run, "
+                  f"wall {r['wall_us']:.0f} µs/run, WAL {r['wal']:.0f} B/run", flush=True)
+    print(f"\nclaim + complete in batches of {args.batch}, one connection, {args.runs} runs, median of {args.rounds} "
+          f"interleaved rounds:")
+    for variant in ("before", "after"):
+        rs = res[variant]
+        print(f"  {variant:6s} PostgreSQL {C.spread([r['pg_us'] for r in rs], 0)} µs/run, WAL "
+              f"{C.spread([r['wal'] for r in rs], 0)} B/run, wall {C.spread([r['wall_us'] for r in rs], 0)} µs/run")
+    b, a = (C.median([r["pg_us"] for r in res[v]]) for v in ("before", "after"))
+    print(f"  after / before: PostgreSQL CPU per run {a / b:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
