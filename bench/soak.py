@@ -375,6 +375,11 @@ class Ledger:
             have = Counter((r[0], r[1]) for r in rows)
             self.runs += len(rows)
             self.duplicates += sum(n - 1 for n in have.values() if n > 1)
+            for key in [k for k, n in have.items() if n > 1][:max(0, 10 - len(self.examples))]:
+                # What each copy was, for the table: the evidence is gone with the formation.
+                states = [(r[2], r[3].isoformat() if r[3] else None) for r in rows if (r[0], r[1]) == key]
+                self.examples.append(f"{len(states)} runs for schedule {key[0]} at {key[1].isoformat()}: "
+                                     f"(state, first started) {states}")
             for sid, (rule, start, tenant, steady) in self.rules.items():
                 hi = min(b, bounds[sid]) if bounds and sid in bounds else b
                 lo = max(a, start)
