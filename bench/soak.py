@@ -264,7 +264,7 @@ def _kind_case(kind: str) -> str:
 def load(C, plan: Plan, target: SoakTarget, log) -> dict:
     """Tenants, the firing set (parked a month ahead until armed), the noisy tenant's set, the
     spike sets (parked) and the rest, all by SQL. Returns what the run needs to know."""
-    from schedules.models import Tenant, TargetPrefix
+    from schedules.models import TargetPrefix, Tenant
 
     def tenant(slug, **kw):
         t = Tenant.objects.create(slug=slug, name=slug, **kw)
@@ -282,8 +282,8 @@ def load(C, plan: Plan, target: SoakTarget, log) -> dict:
 
     # The firing set: second of the minute s = n mod 60; kind by n mod 100.
     second = "mod(n, 60)"
-    expression = (f"CASE WHEN mod(n, 60) = 0 THEN '* * * * *' WHEN mod(n, 100) < 55 THEN 'rate(1 minute)' "
-                  f"ELSE 'RRULE:FREQ=MINUTELY;BYSECOND=' || mod(n, 60) END")
+    expression = ("CASE WHEN mod(n, 60) = 0 THEN '* * * * *' WHEN mod(n, 100) < 55 THEN 'rate(1 minute)' "
+                  "ELSE 'RRULE:FREQ=MINUTELY;BYSECOND=' || mod(n, 60) END")
     url = (f"{port} || CASE WHEN {_kind_case('fail')} THEN 'fail/' WHEN {_kind_case('flaky')} THEN 'flaky/' "
            f"ELSE 'ok/' END || n")
     load_set(C, "f", plan.firing, tenant_sql=f"{tenant_array(quiet)}[mod(n, {QUIET_TENANTS}) + 1]",
@@ -375,6 +375,11 @@ class Ledger:
             have = Counter((r[0], r[1]) for r in rows)
             self.runs += len(rows)
             self.duplicates += sum(n - 1 for n in have.values() if n > 1)
+            for key in [k for k, n in have.items() if n > 1][:max(0, 10 - len(self.examples))]:
+                # What each copy was, for the table: the evidence is gone with the formation.
+                states = [(r[2], r[3].isoformat() if r[3] else None) for r in rows if (r[0], r[1]) == key]
+                self.examples.append(f"{len(states)} runs for schedule {key[0]} at {key[1].isoformat()}: "
+                                     f"(state, first started) {states}")
             for sid, (rule, start, tenant, steady) in self.rules.items():
                 hi = min(b, bounds[sid]) if bounds and sid in bounds else b
                 lo = max(a, start)
@@ -538,8 +543,7 @@ class WebLoad:
 
 
 def make_session() -> str:
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.auth import get_user_model
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
     from django.contrib.sessions.backends.db import SessionStore
 
     user = get_user_model().objects.create_superuser("soak-operator", "soak@example.invalid", "soak-not-a-secret")
@@ -603,6 +607,7 @@ class Sampler:
 
     def sample_once(self):
         import common as C
+
         from tests.faults.failover import retry_db
 
         now = time.time() - self.t0
@@ -805,6 +810,7 @@ def run(plan: Plan, args) -> int:
 
         settings.DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
         import common as C
+
         from tests.faults.failover import attempt_starts, longest_gap, retry_db
         from tests.faults.harness import Proc, count_audit_violations
 
@@ -817,9 +823,8 @@ def run(plan: Plan, args) -> int:
         target = SoakTarget(net.harness_addr, plan.slow, args.seed)
         info = load(C, plan, target, log)
         from schedules.models import Schedule
-        from schedules.tenants import create_api_key
-
         from schedules.models import Tenant as TenantModel
+        from schedules.tenants import create_api_key
 
         _, api_key = create_api_key(TenantModel.objects.get(id=info["api"]), label="soak")
         session = make_session()
@@ -1109,7 +1114,7 @@ def quiet_down(C, procs, api_ids, *, timeout: float, log) -> dict:
         if not left:
             break
         time.sleep(1.0)
-    log(f"  every run ended" if not left else f"  {left} runs still open after the drain")
+    log("  every run ended" if not left else f"  {left} runs still open after the drain")
     return bounds
 
 

@@ -304,8 +304,13 @@ def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: date
     version = ScheduleVersion(schedule=schedule, version=schedule.version + 1, created_by=by.name, changes=diff,
                               **with_spread_offset(fields, schedule.id))
     schedule.name = fields["name"]
-    schedule.anchor_at = anchor_for(fields, schedule.created_at)
-    # The rule may have changed its anchor (startAt): recompute the rule against it.
+    if fields.get("start_at") or before.get("start_at"):
+        schedule.anchor_at = anchor_for(fields, schedule.created_at)
+    # Otherwise the anchor stays the one the create took (the database's clock then; created_at is
+    # this process's clock at the save, a few milliseconds off): an edit of a rate() schedule's
+    # payload moved all its instants by that much, so the instants the scanner had made no longer
+    # matched the rule (found by bench/soak.py). The rule may have changed its anchor (startAt):
+    # recompute the rule against it.
     rule = rule_for(version, schedule.anchor_at)
     # The new version starts from the moment of the edit: its first occurrence is the first
     # instant after now (and at or after startAt), never one the old version already covered.
