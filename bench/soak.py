@@ -281,7 +281,6 @@ def load(C, plan: Plan, target: SoakTarget, log) -> dict:
     t0 = time.monotonic()
 
     # The firing set: second of the minute s = n mod 60; kind by n mod 100.
-    second = "mod(n, 60)"
     expression = ("CASE WHEN mod(n, 60) = 0 THEN '* * * * *' WHEN mod(n, 100) < 55 THEN 'rate(1 minute)' "
                   "ELSE 'RRULE:FREQ=MINUTELY;BYSECOND=' || mod(n, 60) END")
     url = (f"{port} || CASE WHEN {_kind_case('fail')} THEN 'fail/' WHEN {_kind_case('flaky')} THEN 'flaky/' "
@@ -869,7 +868,6 @@ def run(plan: Plan, args) -> int:
         firing = list(Schedule.objects.filter(name__regex=r"^(f|n)-").select_related("current"))
         ledger = Ledger(t0, info["noisy"], info["quiet"][0])
         ledger.add(firing, steady=True)
-        firing_ids = [s.id for s in firing]
         end = t0 + timedelta(seconds=plan.seconds)
         D = plan.seconds
         # The midnight lands 2 s after a partition boundary: `maintain` (every 5 s) drops the
