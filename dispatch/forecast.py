@@ -58,6 +58,11 @@ SAMPLE_SCHEDULES = 50_000
 # Work units of one forecast in Python: instants listed for the distinct rules plus buckets counted
 # for the groups (at most about 520 a group).
 OCCURRENCE_BUDGET = 3_000_000
+# Occurrences walked one next_after at a time (RRULEs, at(), cron on DST days) over all the rules
+# of one forecast: walking costs far more than counting, and tens of distinct every-minute RRULEs
+# walked for a week kept a page past gunicorn's worker timeout (found by bench/soak.py). Rules met
+# after the budget is spent are counted in part and reported as truncated.
+WALK_BUDGET = 150_000
 # A sample's per-bucket error is stated as this many standard errors (95%).
 Z95 = 1.96
 # Capacity: the busiest minute of this long, and workers seen this recently.
@@ -297,6 +302,7 @@ class _Counter:
         self.fits: dict = {}
         self.spent = 0
         self.truncated = 0
+        self.walked = 0
         self.groups: dict = {}
 
     def host_of(self, url):
@@ -311,10 +317,13 @@ class _Counter:
         if got is None:
             try:
                 # cron and at() ignore the anchor (the group key has None for them)
-                got = fcounts.occurrence_counts(rule_for(version, anchor or self.lo), self.lo, self.hi)
+                got = fcounts.occurrence_counts(rule_for(version, anchor or self.lo), self.lo, self.hi,
+                                                walk_limit=min(fcounts.RULE_OCCURRENCES,
+                                                               WALK_BUDGET - self.walked))
             except timeexpr.ExpressionError:
                 got = fcounts.Counts([])  # parked by the scanner: it makes nothing meanwhile
             self.truncated += got.truncated
+            self.walked += getattr(got, "walked", 0)
             self.spent += len(got) if isinstance(got, fcounts.Counts) else 1
             self.rules[key] = got
             if self.spent > OCCURRENCE_BUDGET:

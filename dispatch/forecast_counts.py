@@ -12,7 +12,8 @@ and `first_at_or_after(t)`:
   zone. Within AROUND_CHANGE of a change (a DST day) the rule itself is walked, so gaps, repeats and
   the DST policy are the rule's own.
 - everything else (RRULE, at()): walked, at most RULE_OCCURRENCES (a rule with more in the range
-  is counted up to that many and reported as truncated).
+  is counted up to that many and reported as truncated); the forecast also caps what one forecast
+  walks over all its rules (dispatch.forecast.WALK_BUDGET), since walking is the costly part.
 
 tests/spread/test_occurrence_counts.py checks the arithmetic against the walk on random rules in
 several zones, across DST days.
@@ -44,10 +45,12 @@ class Counts:
     """Sorted instants (epoch seconds), counted by bisection."""
 
     truncated = False
+    walked = 0  # how many of the instants were walked one at a time (the costly way)
 
-    def __init__(self, instants: list, *, truncated: bool = False):
+    def __init__(self, instants: list, *, truncated: bool = False, walked: bool = False):
         self.instants = instants
         self.truncated = truncated
+        self.walked = len(instants) if walked else 0
         # Every instant on a whole minute (cron): a spread offset then moves it by whole minutes as
         # far as minute buckets are concerned (see minute_aligned).
         self.minute_aligned = all(t % 60 == 0 for t in instants)
@@ -99,8 +102,10 @@ class RateCounts:
         return [self.anchor + k * self.interval for k in range(self._k(a), self._k(b))] if b > a else []
 
 
-def occurrence_counts(rule, lo: datetime, hi: datetime, end_at: datetime | None = None):
-    """The rule's occurrences in [lo, hi) (and before end_at), countable by range."""
+def occurrence_counts(rule, lo: datetime, hi: datetime, end_at: datetime | None = None,
+                      walk_limit: int = RULE_OCCURRENCES):
+    """The rule's occurrences in [lo, hi) (and before end_at), countable by range; a rule that must
+    be walked is walked at most `walk_limit` occurrences (then reported as truncated)."""
     if end_at is not None and end_at < hi:
         hi = max(lo, end_at)
     lo_s, hi_s = math.ceil((lo - EPOCH).total_seconds()), math.ceil((hi - EPOCH).total_seconds())
@@ -108,14 +113,16 @@ def occurrence_counts(rule, lo: datetime, hi: datetime, end_at: datetime | None 
         return RateCounts(seconds(rule.anchor), int(rule.interval.total_seconds()), lo_s, hi_s)
     if rule.kind == "cron" and hasattr(rule, "walls") and hasattr(rule.walls, "_times"):
         return Counts(_cron_instants(rule, lo, hi, lo_s, hi_s))
-    instants, cut = walk(rule, lo, hi)
-    return Counts(instants, truncated=cut)
+    instants, cut = walk(rule, lo, hi, walk_limit)
+    return Counts(instants, truncated=cut, walked=True)
 
 
 def walk(rule, lo: datetime, hi: datetime, limit: int = RULE_OCCURRENCES) -> tuple[list, bool]:
     """The rule's real occurrences in [lo, hi) as epoch seconds, one next_after at a time, at most
     `limit` (then True: cut short)."""
     out = []
+    if limit <= 0:
+        return out, True
     for occ in rule.iter_after(lo - timedelta(microseconds=1)):
         if occ.at >= hi:
             return out, False
