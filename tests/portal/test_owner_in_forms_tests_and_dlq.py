@@ -109,3 +109,38 @@ def test_the_dlq_groups_and_filters_by_owner(operator, acme, tenant, target, own
         assert "orphan-job" in none_only and "billing-export" not in none_only
     resp = acme.get(reverse("runs-dlq"), {"owner": "garbage"})
     assert resp.status_code == 400 and "is not an owner" in resp.content.decode()
+
+
+def test_the_owner_page_sets_quiet_hours_and_the_limit_audited_and_refuses_garbage(acme, viewer, owners):
+    billing = owners["billing"]
+    url = reverse("incidents-owner-settings", args=[billing.id])
+    assert 'data-testid="owner-settings"' not in viewer.get(f"/owners/{billing.id}/").content.decode()
+    assert viewer.post(url, {"quiet_start": "22:00", "quiet_end": "07:00"}).status_code == 403
+
+    page = acme.post(url, {"quiet_start": "22:00", "quiet_end": "07:00", "time_zone": "Europe/Berlin",
+                           "max_per_hour": "12", "webhook_url": billing.webhook_url, "webhook_format": "slack",
+                           "email": ""}, follow=True).content.decode()
+    assert "Owner settings saved." in page
+    billing.refresh_from_db()
+    assert (billing.quiet_start.strftime("%H:%M"), billing.quiet_end.strftime("%H:%M"), billing.time_zone,
+            billing.max_per_hour, billing.webhook_format) == ("22:00", "07:00", "Europe/Berlin", 12, "slack")
+    assert AuditEntry.objects.filter(action="owner.edit", actor="user:alice").count() == 1
+    assert "22:00 to 07:00 Europe/Berlin" in page
+
+    # Garbage: an error naming the field, nothing changed, no audit entry.
+    for bad, says in (({"quiet_start": "25:00"}, "must be a wall time"), ({"max_per_hour": "lots"}, "whole number"), ({"max_per_hour": "²"}, "whole number"),
+                      ({"max_per_hour": "9" * 3000}, "whole number"),
+                      ({"time_zone": "Mars/Olympus"}, "Mars/Olympus"), ({"quiet_end": ""}, "both a start and an end"),
+                      ({"webhook_url": "ftp://x"}, "http:// or https://")):
+        page = acme.post(url, bad, follow=True).content.decode()
+        assert "Owner settings saved." not in page and says in page, (bad, says)
+        billing.refresh_from_db()
+        assert (billing.quiet_start.strftime("%H:%M"), billing.quiet_end, billing.max_per_hour) == \
+            ("22:00", billing.quiet_end, 12), bad
+    assert billing.quiet_end.strftime("%H:%M") == "07:00"
+    assert AuditEntry.objects.filter(action="owner.edit").count() == 1
+
+    # Blank quiet hours and limit mean none.
+    acme.post(url, {"quiet_start": "", "quiet_end": "", "max_per_hour": ""})
+    billing.refresh_from_db()
+    assert (billing.quiet_start, billing.quiet_end, billing.max_per_hour) == (None, None, None)

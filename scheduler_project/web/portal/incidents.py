@@ -23,7 +23,8 @@ from scheduler_project.web.access import (
 )
 from scheduler_project.web.pagination import INCIDENT_PAGES, SCHEDULE_PAGES
 from scheduler_project.web.portal.common import call_service, keyset_page, parse_uuid, render_view
-from schedules.models import Owner, Schedule
+from schedules import owners as owner_service
+from schedules.models import Owner, Schedule, WebhookFormat
 
 
 def _filtered(request, qs):
@@ -92,6 +93,7 @@ def owner_detail(request, pk):
         "is_default": owner.tenant.default_owner_id == owner.id,
         "retry_cost": cost_windows(owner.tenant_id, CostDimension.OWNER, str(owner.id)),
         "sent": sent, "waiting": waiting, "can_test": can(request.user, "operate_schedules", owner.tenant_id),
+        "webhook_formats": WebhookFormat.values,
     })
 
 
@@ -108,6 +110,32 @@ def owner_test_notification(request, pk):
         call_service(request, incidents.send_test_notification, owner, by=actor_for(request),
                      success="A test notification is queued on each of the owner's channels; the relay sends it "
                              "within seconds (see below).")
+    return redirect("incidents-owner", owner.id)
+
+
+# The owner's delivery settings the page edits; blank means none (no quiet hours, no limit).
+OWNER_SETTINGS = ("email", "webhook_url", "webhook_format", "time_zone", "quiet_start", "quiet_end", "max_per_hour")
+
+
+@portal_view
+@require_POST
+def owner_settings(request, pk):
+    """The owner's channels, quiet hours and hourly limit, through schedules.owners.edit_owner (the
+    API's PATCH: validated field by field, audited); an error names the field and changes nothing."""
+    owner = get_scoped(Owner.objects.select_related("tenant"), request.user, id=pk)
+    require(request.user, "operate_schedules", owner.tenant_id)
+    fields = {}
+    for key in OWNER_SETTINGS:
+        if key not in request.POST:
+            continue
+        value = request.POST[key].strip()
+        if key in ("quiet_start", "quiet_end", "max_per_hour") and not value:
+            fields[key] = None
+        elif key == "max_per_hour":
+            fields[key] = int(value) if value.isascii() and value.isdigit() else value  # else the service says why
+        else:
+            fields[key] = value
+    call_service(request, owner_service.edit_owner, owner, fields, by=actor_for(request), success="Owner settings saved.")
     return redirect("incidents-owner", owner.id)
 
 

@@ -54,6 +54,7 @@ urlpatterns = [
     path("incidents/<int:pk>/resolve", incidents.incident_resolve, name="incidents-resolve"),
     path("owners/<uuid:pk>/", incidents.owner_detail, name="incidents-owner"),
     path("owners/<uuid:pk>/test-notification", incidents.owner_test_notification, name="incidents-owner-test"),
+    path("owners/<uuid:pk>/settings", incidents.owner_settings, name="incidents-owner-settings"),
     path("retry-cost/", incidents.retry_cost_page, name="incidents-retry-cost"),
     path("schedules/<uuid:pk>/owner", incidents.schedule_owner, name="schedules-owner"),
     path("preferences/time", preferences.time_preference, name="portal-time-preference"),
