@@ -185,15 +185,10 @@ def prune(now: datetime) -> int:
 
 
 @dataclass
-class RetryCost:
-    key: str
-    attempts: int = 0
-    successes: int = 0
-    retries: int = 0
-    retried_runs: int = 0
-    failed: int = 0
-    failed_us: int = 0
-    backoff_us: int = 0
+class RetryCost(Counts):
+    """The counts of one schedule, owner or target host (`key`) over a window."""
+
+    key: str = ""
 
     @property
     def runs(self) -> int:
@@ -267,10 +262,10 @@ def _read(tenant_id, dimension: str, since: datetime, read_rows, *, schedule_ids
             break
     totals: dict = {}
     for key, counts in rows:
-        _add(totals.setdefault(key, RetryCost(key)), counts)
+        _add(totals.setdefault(key, RetryCost(key=key)), counts)
     for (_, dim, key, _), counts in tail.items():
         if dim == dimension:
-            _add(totals.setdefault(key, RetryCost(key)), counts)
+            _add(totals.setdefault(key, RetryCost(key=key)), counts)
     return totals, complete
 
 
@@ -286,7 +281,7 @@ def figures_for(tenant_id, dimension: str, key: str, *, window: str, now: dateti
     rows = RetryCostHour.objects.filter(tenant_id=tenant_id, dimension=dimension, key=key, hour__gte=since)
     schedule_ids = [key] if dimension == CostDimension.SCHEDULE else None
     totals, complete = _read(tenant_id, dimension, since, lambda: _summed(rows), schedule_ids=schedule_ids)
-    return totals.get(key) or RetryCost(key), complete
+    return totals.get(key) or RetryCost(key=key), complete
 
 
 def ranking(tenant_id, dimension: str, *, window: str, now: datetime, limit: int = 50) -> Figures:

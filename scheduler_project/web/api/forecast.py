@@ -117,10 +117,15 @@ class BulkSpreadOut(serializers.Serializer):
 
 
 def _selection(request):
+    """The request's window, host and expression, and the tenant's active schedules they select
+    that do not have the window yet."""
     body = BulkSpreadIn(data=request.data)
     body.is_valid(raise_exception=True)
     d = body.validated_data
-    return d["spreadSeconds"], d.get("targetHost") or None, d.get("expression") or None
+    window, host, expression = d["spreadSeconds"], d.get("targetHost") or None, d.get("expression") or None
+    selected = actions.schedules_for_spread(request.user.tenant, host=host, expression=expression,
+                                            without_window=window)
+    return window, host, expression, selected
 
 
 class BulkSpreadPreviewView(ApiView):
@@ -134,10 +139,8 @@ class BulkSpreadPreviewView(ApiView):
         responses={200: BulkSpreadPreviewOut, **error_responses(400, 413, 415)},
     )
     def post(self, request):
-        window, host, expression = _selection(request)
+        window, host, expression, selected = _selection(request)
         tenant = request.user.tenant
-        selected = actions.schedules_for_spread(tenant, host=host, expression=expression,
-                                                         without_window=window)
         before = forecast.forecast(tenant_ids=[tenant.id])
         after = forecast.forecast(tenant_ids=[tenant.id],
                                   respread=forecast.Respread(tenant.id, window, host, expression))
@@ -158,10 +161,8 @@ class BulkSpreadView(ApiView):
         responses={200: BulkSpreadOut, **error_responses(400, 413, 415)},
     )
     def post(self, request):
-        window, host, expression = _selection(request)
+        window, host, expression, selected = _selection(request)
         tenant = request.user.tenant
-        selected = actions.schedules_for_spread(tenant, host=host, expression=expression,
-                                                         without_window=window)
         part = selected[:actions.MAX_BULK_SPREAD]
         out = actions.spread_schedules(tenant, part, window, by=actor(request),
                                                 selection={"host": host, "expression": expression})
