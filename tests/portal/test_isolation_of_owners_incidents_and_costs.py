@@ -11,9 +11,9 @@ from django.urls import reverse
 
 from dispatch.models import Incident, IncidentRule, IncidentState, Notification
 from runs.models import Run, RunState
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Owner, Schedule
 from schedules.owners import create_owner
-from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR
 
 from .conftest import make_run
