@@ -449,10 +449,14 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
             if fraction < 1e-9:
                 raise
     counted_tiers = counter.tiers
+    # A sample's variance is estimated from the schedules it holds, so a bucket where it holds none
+    # (or few) of a rule's schedules would state an error of zero while schedules it missed fall
+    # there. Each sampled bucket's variance is at least that of one schedule the sample may miss.
+    floor = (1 - fraction) / fraction ** 2 if fraction < 1.0 else 0.0
     for name in tiers:
         for b, c in zip(tiers[name], counted_tiers[name]):
             b.due += c.due
-            b.var += c.var
+            b.var += max(c.var, floor)
             if c.min_grace is not None:
                 b.min_grace = c.min_grace if b.min_grace is None else min(b.min_grace, c.min_grace)
             for h, n in c.hosts.items():
