@@ -145,7 +145,7 @@ def _published_at(tenant: str, now: str) -> str:
     """An event's published_at as it is written: already published when its tenant has no webhook
     (there is nobody to deliver it to, and the relay would only mark it: a second write of the row
     and of its index entries), otherwise left for the relay. One primary-key probe of the (small)
-    tenants table per event. PortableStore.insert_events makes the same choice."""
+    tenants table per event. PortableStore.event_insert_many makes the same choice."""
     return f"(SELECT CASE WHEN tn.notification_url = '' THEN {now} END FROM schedules_tenant tn WHERE tn.id = {tenant})"
 
 
@@ -427,7 +427,7 @@ WHERE s.id = v.id
 
 
 def _copy_value(field):
-    """How PostgresStore.insert_new reads one column's value from an instance."""
+    """How PostgresStore.rows_insert_new reads one column's value from an instance."""
     if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
         return lambda obj: field.pre_save(obj, True)
     name = field.attname
@@ -479,13 +479,9 @@ def _live_floor(cur, *, by_primary_key: bool = False):
 
 
 class PostgresStore(PostgresHistory, PortableStore):
-    def keep_recent_count(self, key: str, *, taken_at: datetime, counts: dict) -> bool:
-        """As PortableStore's. Rows are locked one by one here, so the upsert only waits for
-        another save of the same key or the activity loop deleting it once too old (moments)."""
-        _keep_recent_count(key, taken_at, counts)
-        return True
+    # --- new rows of any model, in bulk (schedule creation) ---------------------------------------
 
-    def insert_new(self, model, objs, *, need_ids: bool = False) -> None:
+    def rows_insert_new(self, model, objs, *, need_ids: bool = False) -> None:
         """COPY instead of bulk_create's INSERT ... UNNEST: bulk_create prepares every value through
         the field's adapters and dumps each column as a text array literal in Python, ~60% of a
         1,000-schedule batch (bench/api_create.py --bulk). Here the values go to COPY as the
@@ -520,7 +516,9 @@ class PostgresStore(PostgresHistory, PortableStore):
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
 
-    def insert_schedule(self, schedule, version, entry) -> None:
+    # --- schedules --------------------------------------------------------------------------------
+
+    def schedule_insert(self, schedule, version, entry) -> None:
         """The three inserts in one statement, in one round trip (a single create is a handful of
         round trips in all, so each one left is a large share of its cost): the INSERTs save()
         sends for the three rows, as the parts of one WITH, which PostgreSQL keeps prepared
@@ -542,19 +540,19 @@ class PostgresStore(PostgresHistory, PortableStore):
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
 
-    def insert_events(self, events, *, now) -> None:
-        if not events:
+    def schedule_advance_many(self, schedules, *, now) -> None:
+        if not schedules:
             return
         with _cursor() as cur:
-            cur.execute(INSERT_EVENTS_SQL, {
-                "now": now,
-                "tenants": [str(e.tenant_id) for e in events],
-                "runs": [str(e.run_id) if e.run_id else None for e in events],
-                "kinds": [e.kind for e in events],
-                "payloads": [json.dumps(e.payload) for e in events],
+            cur.execute(ADVANCE_SCHEDULES_SQL, {
+                "ids": [str(s.id) for s in schedules], "next": [s.next_run_at for s in schedules],
+                "status": [s.status for s in schedules], "completed": [s.completed_at for s in schedules],
+                "errors": [s.last_error for s in schedules],
             })
 
-    def insert_runs(self, triples, *, stamp, now) -> set:
+    # --- runs -------------------------------------------------------------------------------------
+
+    def run_insert_many(self, triples, *, stamp, now) -> set:
         rows = []
         for o, r, e in triples:
             rows.append({
@@ -568,23 +566,13 @@ class PostgresStore(PostgresHistory, PortableStore):
             cur.execute(INSERT_RUNS_SQL, {"rows": json.dumps(rows), "stamp": stamp, "now": now})
             return {row[0] for row in cur.fetchall()}
 
-    def advance_schedules(self, schedules, *, now) -> None:
-        if not schedules:
-            return
-        with _cursor() as cur:
-            cur.execute(ADVANCE_SCHEDULES_SQL, {
-                "ids": [str(s.id) for s in schedules], "next": [s.next_run_at for s in schedules],
-                "status": [s.status for s in schedules], "completed": [s.completed_at for s in schedules],
-                "errors": [s.last_error for s in schedules],
-            })
-
-    def due_tenants(self, now, *, max_tenants: int) -> list:
+    def run_due_tenants(self, now, *, max_tenants: int) -> list:
         with _cursor() as cur:
             floor = _live_floor(cur)
             cur.execute(DUE_TENANTS_SQL[floor is not None], {"now": now, "max_tenants": max_tenants, "floor": floor})
             return [row[0] for row in cur.fetchall()]
 
-    def due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
+    def run_due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
         full = json.dumps({str(t): list(hosts) for t, hosts in (without or {}).items()})
         with _cursor() as cur:
             floor = _live_floor(cur)
@@ -592,7 +580,7 @@ class PostgresStore(PostgresHistory, PortableStore):
                         {"tenants": tenants, "now": now, "per_tenant": per_tenant, "floor": floor, "full": full})
             return cur.fetchall()
 
-    def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
+    def run_claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
         with _cursor() as cur:
             floor = _live_floor(cur, by_primary_key=True)
             cur.execute(CLAIM_DUE_SQL[floor is not None], {
@@ -601,7 +589,7 @@ class PostgresStore(PostgresHistory, PortableStore):
             })
             return _claimed(cur)
 
-    def claim(self, ids, *, worker: str, now, until) -> list[Claimed]:
+    def run_claim(self, ids, *, worker: str, now, until) -> list[Claimed]:
         if not ids:
             return []
         with _cursor() as cur:
@@ -610,7 +598,7 @@ class PostgresStore(PostgresHistory, PortableStore):
                         {"ids": _uuid_array(ids), "worker": worker, "now": now, "until": until, "floor": floor})
             return _claimed(cur)
 
-    def extend_leases(self, keys, *, worker: str, lease_seconds: float) -> set:
+    def run_extend_leases(self, keys, *, worker: str, lease_seconds: float) -> set:
         gens = "{" + ",".join(str(k[1]) for k in keys) + "}"
         with _cursor() as cur:
             floor = _live_floor(cur)
@@ -619,7 +607,7 @@ class PostgresStore(PostgresHistory, PortableStore):
                          "lease": lease_seconds, "floor": floor})
             return {(row[0], row[1]) for row in cur.fetchall()}
 
-    def complete(self, decided: list[Decided]) -> tuple[set, datetime | None]:
+    def run_complete(self, decided: list[Decided]) -> tuple[set, datetime | None]:
         """Text ids, and the time on one row only: parsing a UUID and a timestamp per row cost
         more Python time than building the whole statement."""
         rows = []
@@ -648,3 +636,25 @@ class PostgresStore(PostgresHistory, PortableStore):
                 late = [row for _, row in rows if (row["r"], row["g"]) not in applied]
                 cur.execute(KEEP_LATE_SQL, {"rows": json.dumps(late), **span})
         return applied, next((row[2] for row in out if row[2] is not None), None)
+
+    # --- events -----------------------------------------------------------------------------------
+
+    def event_insert_many(self, events, *, now) -> None:
+        if not events:
+            return
+        with _cursor() as cur:
+            cur.execute(INSERT_EVENTS_SQL, {
+                "now": now,
+                "tenants": [str(e.tenant_id) for e in events],
+                "runs": [str(e.run_id) if e.run_id else None for e in events],
+                "kinds": [e.kind for e in events],
+                "payloads": [json.dumps(e.payload) for e in events],
+            })
+
+    # --- counters ---------------------------------------------------------------------------------
+
+    def counter_keep_recent(self, key: str, *, taken_at: datetime, counts: dict) -> bool:
+        """As PortableStore's. Rows are locked one by one here, so the upsert only waits for
+        another save of the same key or the activity loop deleting it once too old (moments)."""
+        _keep_recent_count(key, taken_at, counts)
+        return True
