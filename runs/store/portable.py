@@ -532,7 +532,8 @@ class PortableStore(RequestedChanges, PortableHistory):
 
     def event_insert_many(self, events: list[Event], *, now: datetime) -> None:
         """Every outbox event is written here, in the caller's transaction. A tenant without a
-        webhook has nobody to deliver to, so its events are written published."""
+        webhook has nobody to deliver to, so its events are written published (the PostgreSQL
+        statements that write events decide it the same way, in SQL: runs.store.postgres)."""
         if not events:
             return
         silent = {str(t) for t in Tenant.objects.filter(id__in={e.tenant_id for e in events}, notification_url="")
