@@ -44,6 +44,7 @@ from dispatch.models import (
     IncidentState,
     Notification,
     NotificationChannel,
+    NotificationKind,
 )
 from runs.models import EventKind, OutboxEvent, Reason, Run, RunKind, RunState
 from scheduler_project.foundation.dbclock import db_now
@@ -117,7 +118,7 @@ def incident_json(inc: Incident) -> dict:
 # --- notifications: written in the transaction that opened or resolved the incident ---------
 
 
-def notifications_for(inc: Incident, kind: str, *, tenant_slug: str, now: datetime, owner: Owner | None = None) -> list:
+def notifications_for(inc: Incident, kind: NotificationKind, *, tenant_slug: str, now: datetime, owner: Owner | None = None) -> list:
     """One Notification per channel of the incident's owner (none without an owner)."""
     owner = owner if owner is not None else (Owner.objects.filter(id=inc.owner_id).first() if inc.owner_id else None)
     if owner is None:
@@ -135,11 +136,11 @@ def notifications_for(inc: Incident, kind: str, *, tenant_slug: str, now: dateti
     return out
 
 
-def _text(inc: Incident, kind: str) -> str:
-    if kind == "incident.resolved":
+def _text(inc: Incident, kind: NotificationKind) -> str:
+    if kind == NotificationKind.INCIDENT_RESOLVED:
         how = "by itself" if inc.resolved_by == SYSTEM.name else f"by {inc.resolved_by}"
         return f"Resolved ({how}): {inc.summary}"
-    if kind == "incident.test":
+    if kind == NotificationKind.INCIDENT_TEST:
         return "A test notification from the scheduler"
     return f"Incident: {inc.summary}"
 
@@ -217,7 +218,7 @@ class Pass:
         self.open[key] = inc
         self.audits.append(audit_entry(AuditAction.INCIDENT_OPEN, by=SYSTEM, obj_type="incident", obj_id=inc.id, tenant_id=tid,
                                        after=incident_json(inc)))
-        self.notes += notifications_for(inc, "incident.opened", tenant_slug=self.tenants[tid]["slug"], now=self.now,
+        self.notes += notifications_for(inc, NotificationKind.INCIDENT_OPENED, tenant_slug=self.tenants[tid]["slug"], now=self.now,
                                         owner=owner)
 
     def clear(self, sid, tid, rule) -> None:
@@ -228,7 +229,7 @@ class Pass:
         self.touched[id(inc)] = inc
         self.audits.append(audit_entry(AuditAction.INCIDENT_RESOLVE, by=SYSTEM, obj_type="incident", obj_id=inc.id,
                                        tenant_id=tid, after={"state": inc.state, "occurrences": inc.occurrences}))
-        self.notes += notifications_for(inc, "incident.resolved", tenant_slug=self.tenants[tid]["slug"], now=self.now,
+        self.notes += notifications_for(inc, NotificationKind.INCIDENT_RESOLVED, tenant_slug=self.tenants[tid]["slug"], now=self.now,
                                         owner=self.owners.get(inc.owner_id) if inc.owner_id else None)
 
     def save(self, schedule_ids: set) -> None:
@@ -442,7 +443,7 @@ def resolve_incident(incident_id, *, tenant_id, by: Actor) -> Incident:
     audit(AuditAction.INCIDENT_RESOLVE, by=by, obj_type="incident", obj_id=inc.id, tenant_id=tenant_id,
           before={"state": before}, after={"state": inc.state})
     slug = Tenant.objects.filter(id=tenant_id).values_list("slug", flat=True).first()
-    Notification.objects.bulk_create(notifications_for(inc, "incident.resolved", tenant_slug=slug, now=now))
+    Notification.objects.bulk_create(notifications_for(inc, NotificationKind.INCIDENT_RESOLVED, tenant_slug=slug, now=now))
     return inc
 
 
@@ -452,7 +453,7 @@ def send_test_notification(owner: Owner, *, by: Actor) -> list:
     now = db_now()
     inc = Incident(id=None, tenant_id=owner.tenant_id, owner=owner, rule=IncidentRule.DEAD, state=IncidentState.OPEN,
                    summary=f"test notification for {owner.slug}", opened_at=now, last_seen_at=now)
-    notes = notifications_for(inc, "incident.test", tenant_slug=owner.tenant.slug, now=now, owner=owner)
+    notes = notifications_for(inc, NotificationKind.INCIDENT_TEST, tenant_slug=owner.tenant.slug, now=now, owner=owner)
     for n in notes:
         n.incident = None
         n.payload = {**n.payload, "incident": None}

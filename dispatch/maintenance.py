@@ -43,14 +43,14 @@ class Maintenance:
         try:
             now = db_now()
             try:
-                made = s.ensure_partitions(now)
+                made = s.history_ensure_partitions(now)
                 if made and made.created:
                     log.info("partitions made ahead: %s", ", ".join(made.created))
             except partitions.PartitionLockBusy:
                 self.busy = True
                 log.info("making partitions ahead: the tables were busy; trying again in %.0f s", BUSY_RETRY_SECONDS)
                 return False
-            s.seal_partitions(now)
+            s.history_seal_partitions(now)
             self.last = retention.run_pass(now=now, export_dir=self.export_dir)
         finally:
             partitions.advisory_unlock()

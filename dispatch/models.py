@@ -12,6 +12,8 @@ from pathlib import Path
 from django.db import models
 from django.db.models import Q
 
+from schedules.models import WebhookFormat
+
 
 class ShardLease(models.Model):
     """Ownership of one scanner shard (of `shards`), leased like a run. A copy started with
@@ -335,6 +337,15 @@ class NotificationChannel(models.TextChoices):
     EMAIL = "email"
 
 
+class NotificationKind(models.TextChoices):
+    """What a notification says (its `kind`, sent as X-Scheduler-Event-Kind and in the body)."""
+
+    INCIDENT_OPENED = "incident.opened"
+    INCIDENT_RESOLVED = "incident.resolved"
+    INCIDENT_TEST = "incident.test"  # asked for by a person: never held by quiet hours or the limit
+    SUMMARY = "notification.summary"  # stands for the notifications the owner's hourly limit held
+
+
 class HoldReason(models.TextChoices):
     QUIET = "quiet"  # the owner's quiet hours
     RATE = "rate"  # the owner's hourly limit on the channel
@@ -351,10 +362,10 @@ class Notification(models.Model):
     owner = models.ForeignKey("schedules.Owner", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, null=True, blank=True,
                                  related_name="notifications")
-    kind = models.CharField(max_length=40)  # incident.opened, incident.resolved, incident.test, notification.summary
+    kind = models.CharField(max_length=40)  # a NotificationKind
     channel = models.CharField(max_length=16, choices=NotificationChannel.choices)
     destination = models.CharField(max_length=2000)  # the webhook URL or e-mail address, as it was
-    webhook_format = models.CharField(max_length=16, default="json")
+    webhook_format = models.CharField(max_length=16, default=WebhookFormat.JSON)
     payload = models.JSONField(default=dict)
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)

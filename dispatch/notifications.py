@@ -38,29 +38,27 @@ from django.core.mail import EmailMessage
 from django.db import transaction
 from django.db.models import F
 
-from dispatch.models import HoldReason, Notification, NotificationChannel
-from dispatch.relay import Outcome, Pending, Relay, backoff_seconds
+from dispatch.models import HoldReason, Notification, NotificationChannel, NotificationKind
+from dispatch.relay import Delivery, Outcome, Pending, Relay, backoff_seconds
 from scheduler_project.foundation.dbclock import db_now
-from schedules.models import Owner
+from schedules.models import Owner, WebhookFormat
 
 log = logging.getLogger("scheduler.notifications")
 
 PRUNE_BATCH = 5000
 HOUR = timedelta(hours=1)
-TEST_KIND = "incident.test"
-SUMMARY_KIND = "notification.summary"
 
 
 @dataclass
 class NotePending(Pending):
     channel: str = NotificationChannel.WEBHOOK
-    webhook_format: str = "json"
+    webhook_format: str = WebhookFormat.JSON
 
     def body(self) -> bytes:
-        if self.webhook_format in ("slack", "teams"):
+        if self.webhook_format in (WebhookFormat.SLACK, WebhookFormat.TEAMS):
             # Incoming webhooks of Slack and Teams take {"text": ...}; the event id rides along.
             body = {"text": (self.payload or {}).get("text", ""), "eventId": str(self.event_id)}
-            if self.webhook_format == "teams":
+            if self.webhook_format == WebhookFormat.TEAMS:
                 body["title"] = self.kind
             return json.dumps(body, separators=(",", ":")).encode()
         return super().body()
@@ -116,7 +114,7 @@ def hold_or_summarize(ids: list, now: datetime) -> list:
     owners = Owner.objects.in_bulk({r["owner_id"] for r in rows if r["owner_id"]})
     send, groups = [], defaultdict(list)
     for r in rows:
-        if r["owner_id"] not in owners or r["kind"] == TEST_KIND:
+        if r["owner_id"] not in owners or r["kind"] == NotificationKind.INCIDENT_TEST:
             send.append(r["id"])  # a test is asked for now; a row without an owner has no settings
         else:
             groups[(r["owner_id"], r["channel"])].append(r)
@@ -156,7 +154,7 @@ def _summary(owner: Owner, channel: str, rows: list, now: datetime) -> Notificat
             + "; ".join(item["text"] for item in listed[:20]) + ("; ..." if len(listed) > 20 else ""))
     last = rows[-1]
     summary = Notification.objects.create(
-        tenant_id=last["tenant_id"], owner=owner, kind=SUMMARY_KIND, channel=channel, destination=last["destination"],
+        tenant_id=last["tenant_id"], owner=owner, kind=NotificationKind.SUMMARY, channel=channel, destination=last["destination"],
         webhook_format=last["webhook_format"], created_at=now,
         payload={"tenant": (last["payload"] or {}).get("tenant"), "text": text[:3000], "owner": owner.slug,
                  "notifications": listed})
@@ -172,13 +170,13 @@ def record(outcomes: list[Outcome]) -> None:
         now = db_now()
         for o in outcomes:
             rows = Notification.objects.filter(id=o.pending.id, published_at__isnull=True)
-            if o.status == "published":
+            if o.status == Delivery.PUBLISHED:
                 rows.update(published_at=now, next_attempt_at=None, last_error="", held="")
                 continue
-            untried = o.status != "failed"
+            untried = o.status != Delivery.FAILED
             rows.filter(next_attempt_at=o.pending.leased_until).update(
                 next_attempt_at=now + timedelta(seconds=o.delay),
-                last_error=o.error[:2000] if o.status == "failed" else F("last_error"),
+                last_error=o.error[:2000] if o.status == Delivery.FAILED else F("last_error"),
                 publish_attempts=F("publish_attempts") - 1 if untried else F("publish_attempts"))
 
 
@@ -197,8 +195,8 @@ def send_email(ev: NotePending, max_backoff: float) -> Outcome:
     except Exception as exc:  # an SMTP server down or refusing: retried with the same Message-ID
         delay = backoff_seconds(ev.publish_attempts, max_backoff)
         log.warning("e-mail notification %s to %s failed (%s); retried in %.0fs", ev.event_id, ev.url, exc, delay)
-        return Outcome(ev, "failed", delay, f"{type(exc).__name__}: {exc}")
-    return Outcome(ev, "published")
+        return Outcome(ev, Delivery.FAILED, delay, f"{type(exc).__name__}: {exc}")
+    return Outcome(ev, Delivery.PUBLISHED)
 
 
 class NotificationRelay(Relay):

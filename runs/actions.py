@@ -112,7 +112,7 @@ def _wake_scanners_for(schedules, now: datetime) -> None:
 def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = True, now: datetime,
                     owner=UNSET) -> Schedule:
     """Validate and store a new schedule at version 1 with its first due instant: two inserts and
-    the audit entry. The inserts are atomic by themselves (store.insert_schedule); only a quota
+    the audit entry. The inserts are atomic by themselves (store.schedule_insert); only a quota
     near its limit, whose tenant lock must be held until they commit, needs a transaction around
     them, so a create far from every limit costs no BEGIN and COMMIT round trips."""
     fields = {**VERSIONED_DEFAULTS, **given}
@@ -121,7 +121,7 @@ def create_schedule(tenant: Tenant, given: dict, *, by: Actor, enabled: bool = T
     entry = _created_entry(schedule, fields, tenant=tenant, by=by)
     with transaction.atomic() if quota_locks(tenant, [fields["sub_minute"]]) else nullcontext():
         check_quotas(tenant, sub_minute=fields["sub_minute"], schedule=None)
-        store().insert_schedule(schedule, version, entry)
+        store().schedule_insert(schedule, version, entry)
     _wake_scanners_for([schedule], now)
     return schedule
 
@@ -170,11 +170,11 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
     made = [r for r in results if not isinstance(r, ServiceError)]
     if made:
         versions = [v for _, (_, v) in made]
-        store().insert_new(ScheduleVersion, versions, need_ids=True)
+        store().rows_insert_new(ScheduleVersion, versions, need_ids=True)
         for (_, (schedule, _)), version in zip(made, versions):
             schedule.current = version
-        store().insert_new(Schedule, [s for _, (s, _) in made])
-        store().insert_new(AuditEntry, [_created_entry(s, fields, tenant=tenant, by=by) for fields, (s, _) in made])
+        store().rows_insert_new(Schedule, [s for _, (s, _) in made])
+        store().rows_insert_new(AuditEntry, [_created_entry(s, fields, tenant=tenant, by=by) for fields, (s, _) in made])
         _wake_scanners_for([s for _, (s, _) in made], now)
     return [r if isinstance(r, ServiceError) else r[1][0] for r in results]
 
@@ -323,7 +323,7 @@ def write_new_version(schedule: Schedule, changed: dict, *, by: Actor, now: date
                 schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, now
         else:
             schedule.status, schedule.completed_at = ScheduleStatus.ACTIVE, None
-    store().insert_version(schedule, version)
+    store().version_insert(schedule, version)
     audit(
         AuditAction.SCHEDULE_EDIT,
         by=by,
@@ -341,7 +341,7 @@ def _set_owner(schedule: Schedule, owner, *, by: Actor) -> None:
     if new_id == schedule.owner_id:
         return
     before = {"owner": schedule.owner.slug if schedule.owner_id else None}
-    store().set_schedule_owner(schedule.id, new_id)
+    store().schedule_set_owner(schedule.id, new_id)
     schedule.owner = owner
     audit(AuditAction.SCHEDULE_OWNER, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before=before, after={"owner": owner.slug if owner else None})
@@ -349,7 +349,7 @@ def _set_owner(schedule: Schedule, owner, *, by: Actor) -> None:
 
 def _pause(schedule: Schedule, *, by: Actor, now: datetime) -> None:
     _record_unmaterialised(schedule, now=now, reason=Reason.PAUSED)
-    store().pause_schedule(schedule, now=now)
+    store().schedule_set_paused(schedule, now=now)
     canceled = cancel_unstarted(schedule.id, reason=Reason.PAUSED)
     audit(AuditAction.SCHEDULE_PAUSE, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before={"enabled": True}, after={"enabled": False, "canceledRuns": canceled})
@@ -365,7 +365,7 @@ def _resume(schedule: Schedule, *, by: Actor, now: datetime) -> None:
             next_at = first_run_at(rule, version_fields(schedule.current), after=now)
         except timeexpr.ExpressionError as e:
             raise ValidationFailed({"expression": [f"cannot resume: {e}; edit the expression first"]})
-    store().resume_schedule(schedule, next_run_at=next_at, completed_at=now)
+    store().schedule_set_resumed(schedule, next_run_at=next_at, completed_at=now)
     notify(SCHEDULES_CHANNEL)
     audit(AuditAction.SCHEDULE_RESUME, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           before={"enabled": False}, after={"enabled": True, "nextRunAt": schedule.next_run_at and schedule.next_run_at.isoformat()})
@@ -397,7 +397,7 @@ def archive_schedule(schedule, *, by: Actor) -> Schedule:
         return schedule
     now = db_now()
     _record_unmaterialised(schedule, now=now, reason=Reason.ARCHIVED)
-    store().archive_schedule(schedule, now=now)
+    store().schedule_set_archived(schedule, now=now)
     canceled = cancel_unstarted(schedule.id, reason=Reason.ARCHIVED)
     audit(AuditAction.SCHEDULE_ARCHIVE, by=by, obj_type="schedule", obj_id=schedule.id, tenant_id=schedule.tenant_id,
           after={"canceledRuns": canceled})
@@ -448,7 +448,7 @@ def plan_backfill(schedule: Schedule, start: datetime, end: datetime) -> tuple[l
         raise ValidationFailed(
             {"to": [f"this range has more than {limit} occurrences (SCHEDULER_MAX_BACKFILL); backfill a shorter range"]}
         )
-    existing = store().existing_instants(schedule.id, start, end)
+    existing = store().run_existing_instants(schedule.id, start, end)
     return [o for o in occs if o.at not in existing], len(occs)
 
 
@@ -553,8 +553,8 @@ def retry_run(run, *, by: Actor) -> Run:
         raise Conflict(f"only dead or canceled runs can be retried; this run is {run.state}", state=run.state)
     before = run.state
     now = db_now()
-    store().retry_run(run, by=by.name, now=now)
-    store().insert_events([event(run.id, run.tenant_id, EventKind.RETRIED, state=RunState.READY, by=by.name)], now=now)
+    store().run_set_retried(run, by=by.name, now=now)
+    store().event_insert_many([event(run.id, run.tenant_id, EventKind.RETRIED, state=RunState.READY, by=by.name)], now=now)
     notify(RUNS_CHANNEL)
     audit(AuditAction.RUN_RETRY, by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": RunState.READY})
@@ -570,8 +570,8 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
         raise Conflict(f"only ready or leased runs can be canceled; this run is {run.state}", state=run.state)
     before = run.state
     now = db_now()
-    store().cancel_run(run, reason=reason, by=by.name, now=now)
-    store().insert_events([event(run.id, run.tenant_id, EventKind.CANCELED, state=RunState.CANCELED, reason=reason,
+    store().run_set_canceled(run, reason=reason, by=by.name, now=now)
+    store().event_insert_many([event(run.id, run.tenant_id, EventKind.CANCELED, state=RunState.CANCELED, reason=reason,
                                  inFlight=before == RunState.LEASED, by=by.name)], now=now)
     audit(AuditAction.RUN_CANCEL, by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": RunState.CANCELED, "reason": reason})
@@ -583,7 +583,7 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
 def cancel_unstarted(schedule_id, *, reason: str, versions_below: int | None = None) -> int:
     """Cancel a schedule's runs that have not started (ready, never attempted) in one statement,
     with their events: used by pause (reason paused), edit (superseded) and archive."""
-    return store().cancel_unstarted(schedule_id, now=db_now(), reason=reason, versions_below=versions_below)
+    return store().run_cancel_unstarted(schedule_id, now=db_now(), reason=reason, versions_below=versions_below)
 
 
 # --- bulk forms ----------------------------------------------------------------------------------

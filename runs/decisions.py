@@ -432,6 +432,22 @@ def share_cap(share: float, slots: int) -> int:
     return max(1, min(slots, int(share * slots)))
 
 
+# Where this choice is made: here, for the portable store and for PostgreSQL when an explicit cap
+# or budget is in play (runs.queue.claim reads the fleet's counts first); and, with no explicit cap
+# in play, in SQL on PostgreSQL (RunClaimDue in runs/store/postgres.py), because there it is one
+# statement: the tenants, their locked candidates, the pick and the lease in one round trip, the
+# rows locked for one statement and a commit; made here it would be four round trips with the rows
+# locked between them. The statement makes the same choice, but for these differences:
+# - its rotation by `shift` starts at the tenant `rotate` would put first at -(shift + 1), and is
+#   counted over every tenant with due runs where `rotate` counts those with room (a difference of
+#   numbering: every tenant is first in turn either way);
+# - it reads at most a tenant's room of its rows (`fair_share` reads the share, and `pick` stops
+#   at the room), and numbers a tenant's turns over the rows it read, where `pick` numbers only
+#   those it takes. So when the default target share binds among those rows (a tenant's oldest
+#   due runs mostly to one host holding most of its share), the statement leaves over that
+#   tenant's runs to other hosts beyond the rows it read, which `pick` would take, and, when the
+#   limit cuts, may serve another tenant's next run first. Those runs wait for the next claim.
+# tests/core/test_claim_sql_and_python_pick_agree.py checks both choose the same runs otherwise.
 def pick(candidates, limit: int, *, tenant_room: dict, host_room: dict, target_room: dict | None = None,
          target_cap: int | None = None, exempt: frozenset | set = frozenset()) -> list:
     """Round-robin across tenants (in the order the candidates come) up to `limit`, within each

@@ -48,7 +48,7 @@ from schedules.occurrences import ONE_US  # noqa: F401
 
 def write_events(events, now) -> None:
     """Every outbox event is written here, in the caller's transaction."""
-    store().insert_events(events, now=now)
+    store().event_insert_many(events, now=now)
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ def insert_runs(triples, now=None) -> list:
     if not triples:
         return []
     stamp = datetime.now(timezone.utc)
-    made = store().insert_runs(triples, stamp=stamp, now=now or stamp)
+    made = store().run_insert_many(triples, stamp=stamp, now=now or stamp)
     kept = [t for t in triples if str(t[1].id) in made]
     for o, r, _ in kept:
         # As a save would have left them: saved, with the timestamps stored (a store that saves
@@ -83,7 +83,7 @@ def _notify_if_due(kept) -> None:
 
 
 def due_schedules(now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
-    return store().due_schedules(now, shards=shards, shard=shard, horizon=horizon)
+    return store().schedule_due_query(now, shards=shards, shard=shard, horizon=horizon)
 
 
 def seconds_until_next_due(*, horizon=timedelta(0)) -> float | None:
@@ -92,12 +92,12 @@ def seconds_until_next_due(*, horizon=timedelta(0)) -> float | None:
     already inside the horizon were materialised by the pass that just ran, except those that
     are not `allow`, which wait until they are due. Two probes of schedule_due_idx."""
     now = db_now()
-    first = store().first_due()
+    first = store().schedule_first_due()
     if first is None:
         return None
     soonest = (first - now).total_seconds()
     if horizon:
-        beyond = store().first_due(after=now + horizon)
+        beyond = store().schedule_first_due(after=now + horizon)
         if beyond is not None:
             soonest = min(soonest, (beyond - horizon - now).total_seconds())
     return soonest
@@ -130,12 +130,12 @@ def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | N
         return k / rate > (at - now).total_seconds() - base
 
     for k in LOOKAHEAD_PROBES:
-        at = store().nth_due(now, k, beyond=beyond, until=until, shards=shards, shard=shard)
+        at = store().schedule_nth_due(now, k, beyond=beyond, until=until, shards=shards, shard=shard)
         if at is None:
             break
         if behind(k, at):
             return limit
-    count, last = store().count_due(now, beyond=beyond, until=until, cap=LOOKAHEAD_COUNT_CAP, shards=shards,
+    count, last = store().schedule_count_due(now, beyond=beyond, until=until, cap=LOOKAHEAD_COUNT_CAP, shards=shards,
                                     shard=shard)
     return limit if count and behind(count, last) else 0.0
 
@@ -158,13 +158,13 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
     result = ScanResult()
     with transaction.atomic():
         now = db_now()
-        schedules = store().lock_due_schedules(now, batch=batch, shards=shards, shard=shard, horizon=horizon)
+        schedules = store().schedule_lock_due(now, batch=batch, shards=shards, shard=shard, horizon=horizon)
         result.locked = len(schedules)
         # Not due yet and not made ahead: their overlap policy is decided when they are due.
         schedules = [s for s in schedules if s.next_run_at <= now or decisions.made_ahead(s.current)]
         if not schedules:
             return result
-        active = store().active_runs([s.id for s in schedules if not decisions.made_ahead(s.current)])
+        active = store().run_active_per_schedule([s.id for s in schedules if not decisions.made_ahead(s.current)])
         triples, changed = [], []
         for s in schedules:
             version = s.current
@@ -197,7 +197,7 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
                 result.skipped += 1
             else:
                 result.runs += 1
-        store().advance_schedules(changed, now=now)
+        store().schedule_advance_many(changed, now=now)
         result.schedules = len(schedules)
     return result
 
@@ -219,7 +219,7 @@ class ClaimLimits:
 
     def get(self):
         if time.monotonic() - self.loaded_at > self.TTL:
-            self.tenant_caps, self.host_caps = store().caps()
+            self.tenant_caps, self.host_caps = store().tenant_claim_caps()
             self.loaded_at = time.monotonic()
         return self.tenant_caps, self.host_caps
 
@@ -253,10 +253,10 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
     with transaction.atomic():
         tenant_caps, host_caps = _limits.get()
         if not tenant_caps and not host_caps:
-            return store().claim_due(worker=worker_id, limit=limit, lease_seconds=lease.total_seconds(),
+            return store().run_claim_due(worker=worker_id, limit=limit, lease_seconds=lease.total_seconds(),
                                      shift=next(_rotation), holding=holding)
         now = db_now()
-        tenants = [t for t in store().due_tenants(now, max_tenants=10_000)
+        tenants = [t for t in store().run_due_tenants(now, max_tenants=10_000)
                    if t in tenant_caps or holding.tenant_room(t) > 0]
         tenants = decisions.rotate(tenants, next(_rotation))[:limit]
         if not tenants:
@@ -265,12 +265,12 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
         # candidates, so that a full target's backlog is left out of the read.
         capped = [t for t in tenants if t in tenant_caps]
         budgeted = {k for k in host_caps if k[0] in set(tenants)}
-        leased = store().leased_per_tenant(capped) if capped else {}
-        leased_hosts = store().leased_per_host(budgeted) if budgeted else {}
+        leased = store().run_leased_per_tenant(capped) if capped else {}
+        leased_hosts = store().run_leased_per_host(budgeted) if budgeted else {}
         budget_room = {k: host_caps[k] - leased_hosts.get(k, 0) for k in budgeted}
         # An exempt tenant (explicit cap) is held to no default target share.
         held = {k: n for k, n in holding.hosts.items() if k[0] not in tenant_caps}
-        candidates = store().due_candidates(
+        candidates = store().run_due_candidates(
             tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)),
             without=decisions.full_targets(held, holding.host_cap, budgets=budget_room))
         in_view = {row[1] for row in candidates}
@@ -285,14 +285,14 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
             target_cap=holding.host_cap,
             exempt=tenant_caps.keys(),
         )
-        return store().claim(ids, worker=worker_id, now=now, until=now + lease)
+        return store().run_claim(ids, worker=worker_id, now=now, until=now + lease)
 
 
 def seconds_until_next_ready() -> float | None:
     """Seconds until the earliest ready run becomes eligible (None when there is none): the first
     entry of run_ready_idx."""
     now = db_now()
-    first = store().earliest_ready()
+    first = store().run_earliest_ready()
     return None if first is None else (first - now).total_seconds()
 
 
@@ -303,7 +303,7 @@ def heartbeat(worker_id: str, keys: list[tuple], *, lease_seconds: int | None = 
         return set()
     lease = lease_seconds or settings.SCHEDULER_LEASE_SECONDS
     with transaction.atomic():
-        owned = store().extend_leases(keys, worker=worker_id, lease_seconds=float(lease))
+        owned = store().run_extend_leases(keys, worker=worker_id, lease_seconds=float(lease))
     return set(keys) - owned
 
 
@@ -317,7 +317,7 @@ def version_policies(version_ids) -> dict:
         _policies.clear()
     missing = [v for v in version_ids if v not in _policies]
     if missing:
-        _policies.update(store().version_policies(missing))
+        _policies.update(store().version_policies_by_id(missing))
     return {v: _policies[v] for v in version_ids}
 
 
@@ -337,7 +337,7 @@ def complete(results: list[Result]) -> tuple[int, int]:
         policies.update(version_policies(missing))
     decided = [decisions.decide(r, policies[r.claimed.version_id]) for r in results]
     with transaction.atomic():
-        applied, now = store().complete(decided)
+        applied, now = store().run_complete(decided)
         ended = {
             d.result.claimed.schedule_id
             for d in decided
@@ -346,13 +346,13 @@ def complete(results: list[Result]) -> tuple[int, int]:
             and (d.result.claimed.run_text, d.result.claimed.generation) in applied
         }
         if ended:
-            store().release_buffered(ended, now=now)  # a run may be buffered behind one that just ended
+            store().run_release_buffered(ended, now=now)  # a run may be buffered behind one that just ended
     return len(applied), len(results) - len(applied)
 
 
 def release_buffered(schedule_ids, now) -> int:
     """Overlap buffer_one: a schedule's earlier run ended, so its buffered run may start now."""
-    return store().release_buffered(schedule_ids, now=now)
+    return store().run_release_buffered(schedule_ids, now=now)
 
 
 def release_unstarted(claims: list[Claimed]) -> int:
@@ -361,7 +361,7 @@ def release_unstarted(claims: list[Claimed]) -> int:
     if not claims:
         return 0
     with transaction.atomic():
-        return len(store().release_unstarted(claims, now=db_now()))
+        return len(store().run_release_unstarted(claims, now=db_now()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def expire_leases(*, batch: int = 500) -> int:
     or may not have acted), the run goes back to ready under the retry policy, or to dead."""
     with transaction.atomic():
         now = db_now()
-        runs = store().lock_expired_leases(now, batch=batch)
+        runs = store().run_lock_expired_leases(now, batch=batch)
         if not runs:
             return 0
         updates, events, ended = [], [], set()
@@ -386,11 +386,11 @@ def expire_leases(*, batch: int = 500) -> int:
                 ended.add(r.schedule_id)
             events.append(event(r.id, r.tenant_id, EventKind.LEASE_EXPIRED, generation=r.generation,
                                 state=state, nextEligibleAt=decisions.iso(eligible)))
-        store().mark_open_attempts_unknown(runs, now=now, error=decisions.LEASE_EXPIRED_ERROR)
-        store().apply_run_updates(updates, now=now)
+        store().attempt_mark_open_unknown(runs, now=now, error=decisions.LEASE_EXPIRED_ERROR)
+        store().run_apply_updates(updates, now=now)
         write_events(events, now)
         if ended:
-            store().release_buffered(ended, now=now)
+            store().run_release_buffered(ended, now=now)
     return len(runs)
 
 
@@ -412,7 +412,7 @@ def skip_unclaimed_misfires(*, batch: int = 1000, max_batches: int = MISFIRE_BAT
        have been missed: stop (two index probes, however long the backlog; a burst being worked
        off within its grace costs nothing here).
     3. Pick, over the whole missed set, the runs each schedule's policy does not keep
-       (store.missed_beyond_policy). This reads the missed backlog once per pass, so one pass
+       (store.run_missed_beyond_policy). This reads the missed backlog once per pass, so one pass
        skips up to `max_batches` batches of what it found.
     4. Lock each batch of picked runs (SKIP LOCKED, re-checking they are still unclaimed) and skip
        them, one transaction per batch. Between 3 and 4 the set can only gain newer runs or lose
@@ -421,17 +421,17 @@ def skip_unclaimed_misfires(*, batch: int = 1000, max_batches: int = MISFIRE_BAT
     """
     with transaction.atomic():
         now = db_now()
-        buffered = store().buffered_schedules()
+        buffered = store().run_buffered_schedules()
         if buffered:
-            store().release_buffered(buffered, now=now)
-    oldest = store().oldest_unclaimed(now)
+            store().run_release_buffered(buffered, now=now)
+    oldest = store().run_oldest_unclaimed(now)
     if oldest is None:
         return 0
-    if oldest >= now - timedelta(seconds=store().least_misfire_grace()):
+    if oldest >= now - timedelta(seconds=store().version_least_misfire_grace()):
         return 0
-    picked = store().missed_beyond_policy(now, limit=batch * max_batches)
+    picked = store().run_missed_beyond_policy(now, limit=batch * max_batches)
     skipped = 0
     for i in range(0, len(picked), batch):
         with transaction.atomic():
-            skipped += store().skip_unclaimed(picked[i:i + batch], now=db_now(), reason=Reason.MISFIRE)
+            skipped += store().run_skip_unclaimed(picked[i:i + batch], now=db_now(), reason=Reason.MISFIRE)
     return skipped

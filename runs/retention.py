@@ -272,14 +272,14 @@ def _trim(res, now, p, tenant_ids, export_dir):
     for tid in tenant_ids:
         by_keep.setdefault(p.keep(tid), []).append(tid)
     for (fin, dead), tids in by_keep.items():
-        ids = store().expired_run_ids(tenant_ids=tids, finished_before=now - fin, dead_before=now - dead,
+        ids = store().history_expired_run_ids(tenant_ids=tids, finished_before=now - fin, dead_before=now - dead,
                                       limit=batch)
         if not ids:
             continue
         with transaction.atomic():
             if export_dir:
                 export_runs(export_dir, ids, now)
-            got = store().delete_runs(ids)
+            got = store().history_delete_runs(ids)
             # In the removal's transaction: never a removal without its audit entry.
             if got["runs_run"]:
                 HistoryRemoval.objects.create(what="batches", removed=got)
@@ -396,14 +396,14 @@ def status(*, tenant_ids=None, now: datetime | None = None) -> RetentionStatus:
     if last:
         st.last_removal_at, st.last_removal = last
     if st.partitioned:
-        layout = store().history_layout()
+        layout = store().history_partition_layout()
         st.partitions = {t: len(parts) for t, parts in layout.items()}
         live = [x for x in layout.get("runs_run", []) if x.role == Role.LIVE]
         if live:
             st.history_from = live[0].lower
             st.next_removal_at = live[0].upper + p.finished
             st.next_removal = live[0].name
-        st.covered_until = store().covered_until()
-        st.unpartitioned_rows = store().unpartitioned_rows()
-        st.table_bytes = store().table_bytes()
+        st.covered_until = store().history_covered_until()
+        st.unpartitioned_rows = store().history_unpartitioned_rows()
+        st.table_bytes = store().history_table_bytes()
     return st

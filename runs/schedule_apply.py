@@ -265,7 +265,7 @@ def _carry_out(tenant: Tenant, plan: Plan, *, by: Actor, now: datetime) -> None:
         if step.action not in (Action.EDIT, Action.ADOPT):
             continue
         if step.action == Action.ADOPT:
-            store().set_managed_name(step.schedule_id, step.name)
+            store().schedule_set_managed_name(step.schedule_id, step.name)
         real = {k: step.desired[k] for k in VERSIONED_DEFAULTS if FIELD_NAMES[k] in step.changes}
         try:
             edited = actions.edit_schedule(step.schedule, expected_version=step.schedule.version,

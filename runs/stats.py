@@ -293,7 +293,7 @@ def recent_by_state(*, tenant_ids=None, now: datetime) -> tuple[dict, datetime |
     recent.update({state: n for state, n in rows})
     if time.monotonic() - started > RECENT_COUNT_SLOW_SECONDS:
         try:
-            store().keep_recent_count(key, taken_at=now, counts=recent)
+            store().counter_keep_recent(key, taken_at=now, counts=recent)
         except DatabaseError:
             # Only a saving missed: the next view counts again.
             log.warning("could not keep the last hour's run counts", exc_info=True)

@@ -20,24 +20,24 @@ from runs.models import TERMINAL_STATES, Attempt, Occurrence, Run, RunState
 class PortableHistory:
     partitioned = False
 
-    def ensure_partitions(self, now: datetime):
+    def history_ensure_partitions(self, now: datetime):
         """Make the partitions for the times ahead (none on this engine)."""
         return None
 
-    def seal_partitions(self, now: datetime) -> list:
+    def history_seal_partitions(self, now: datetime) -> list:
         return []
 
-    def history_layout(self) -> dict:
+    def history_partition_layout(self) -> dict:
         """{table: [partition, ...]} (none on this engine)."""
         return {}
 
-    def unpartitioned_rows(self) -> dict:
+    def history_unpartitioned_rows(self) -> dict:
         return {}
 
-    def covered_until(self):
+    def history_covered_until(self):
         return None
 
-    def expired_run_ids(self, *, tenant_ids, finished_before: datetime, dead_before: datetime, limit: int) -> list:
+    def history_expired_run_ids(self, *, tenant_ids, finished_before: datetime, dead_before: datetime, limit: int) -> list:
         """Up to `limit` ids of the given tenants' runs past their retention: succeeded, canceled or
         skipped runs scheduled before `finished_before` (retried by hand: retried before it too),
         dead runs that went dead before `dead_before`. Never a run that is not finished. One
@@ -59,7 +59,7 @@ class PortableHistory:
                 )
         return out
 
-    def delete_runs(self, run_ids) -> dict:
+    def history_delete_runs(self, run_ids) -> dict:
         """Remove these runs with their attempts and occurrences, in the caller's transaction. The
         runs are locked and re-checked first: one retried meanwhile is no longer finished and stays.
         Returns rows removed per table. (Their outbox events have their own retention.)"""
@@ -78,22 +78,22 @@ class PortableHistory:
 class PostgresHistory(PortableHistory):
     partitioned = True
 
-    def ensure_partitions(self, now: datetime):
+    def history_ensure_partitions(self, now: datetime):
         return partitions.ensure_ahead(now)
 
-    def seal_partitions(self, now: datetime) -> list:
+    def history_seal_partitions(self, now: datetime) -> list:
         return partitions.seal_quiet_partitions(now)
 
-    def history_layout(self) -> dict:
+    def history_partition_layout(self) -> dict:
         return {t: partitions.layout(t) for t in partitions.KEY}
 
-    def unpartitioned_rows(self) -> dict:
+    def history_unpartitioned_rows(self) -> dict:
         return partitions.unpartitioned_rows()
 
-    def covered_until(self):
+    def history_covered_until(self):
         return partitions.covered_until()
 
-    def table_bytes(self) -> dict:
+    def history_table_bytes(self) -> dict:
         """Bytes on disk per history table (all partitions, with indexes and TOAST)."""
         out = {}
         with connection.cursor() as cur:

@@ -80,14 +80,16 @@ def _keep_recent_count(key: str, taken_at: datetime, counts: dict) -> None:
 
 
 class PortableStore(RequestedChanges, PortableHistory):
-    # --- new rows in bulk (schedule creation) ----------------------------------------------------
+    # --- new rows of any model, in bulk (schedule creation) ---------------------------------------
 
-    def insert_new(self, model, objs: list, *, need_ids: bool = False) -> None:
+    def rows_insert_new(self, model, objs: list, *, need_ids: bool = False) -> None:
         """Insert new, unsaved instances of one model, all at once; with `need_ids`, an
         auto-numbered primary key is set on each instance (the caller points other rows at it)."""
         model.objects.bulk_create(objs)
 
-    def insert_schedule(self, schedule: Schedule, version: ScheduleVersion, entry) -> None:
+    # --- schedules: creation, the scanner's due range and its write-back --------------------------
+
+    def schedule_insert(self, schedule: Schedule, version: ScheduleVersion, entry) -> None:
         """A new schedule's rows, all unsaved: its first version, the schedule with that version
         current, and the audit entry of its creation, all or none (a transaction of their own when
         the caller has none). The schedule's id is already set (the version points at it); the
@@ -98,43 +100,7 @@ class PortableStore(RequestedChanges, PortableHistory):
             schedule.save(force_insert=True)
             entry.save(force_insert=True)
 
-    # --- figures kept for the portal and /metrics (runs.stats) -----------------------------------
-
-    def keep_recent_count(self, key: str, *, taken_at: datetime, counts: dict) -> bool:
-        """Keep the last hour's counts for `key` (one upsert), or, when another writer holds the
-        database, not: the caller is a page or a scrape, which must not wait for an optional save.
-        True when kept. SQLite has one write lock for the file; the upsert runs without the busy
-        wait the connection otherwise has (restored after)."""
-        with connection.cursor() as cur:
-            cur.execute("PRAGMA busy_timeout")
-            (wait_ms,) = cur.fetchone()
-            cur.execute("PRAGMA busy_timeout = 0")
-            try:
-                _keep_recent_count(key, taken_at, counts)
-            except OperationalError:  # "database is locked": another writer has the file
-                return False
-            finally:
-                cur.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
-        return True
-
-    # --- events ----------------------------------------------------------------------------------
-
-    def insert_events(self, events: list[Event], *, now: datetime) -> None:
-        """Every outbox event is written here, in the caller's transaction. A tenant without a
-        webhook has nobody to deliver to, so its events are written published."""
-        if not events:
-            return
-        silent = {str(t) for t in Tenant.objects.filter(id__in={e.tenant_id for e in events}, notification_url="")
-                  .values_list("id", flat=True)}
-        OutboxEvent.objects.bulk_create([
-            OutboxEvent(run_id=e.run_id, tenant_id=e.tenant_id, kind=e.kind, payload=e.payload,
-                        published_at=now if str(e.tenant_id) in silent else None)
-            for e in events
-        ])
-
-    # --- the scanner -----------------------------------------------------------------------------
-
-    def due_schedules(self, now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
+    def schedule_due_query(self, now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
         """Schedules with an occurrence due within the horizon, in the given shard(s) of `shards`,
         oldest first: one range scan on schedule_due_idx, whose cost follows what is due. (Only
         `allow` schedules are materialised ahead; the caller passes over the others until they are
@@ -145,34 +111,34 @@ class PortableStore(RequestedChanges, PortableHistory):
             qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard__in=wanted)
         return qs.order_by("next_run_at")
 
-    def lock_due_schedules(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> list:
+    def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> list:
         """Up to `batch` due schedules with their current version, locked; ones another scanner
         holds are skipped. The schedule row lock serialises everyone who inserts occurrences for a
         schedule (scanner, trigger, backfill, edits)."""
         return list(
-            self.due_schedules(now, shards=shards, shard=shard, horizon=horizon)
+            self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon)
             .select_for_update(skip_locked=True, of=("self",))
             .select_related("current")[:batch]
         )
 
-    def first_due(self, *, after: datetime | None = None):
+    def schedule_first_due(self, *, after: datetime | None = None):
         """The earliest next_run_at of a live schedule (beyond `after`), or None."""
         live = Schedule.objects.filter(enabled=True, status=ScheduleStatus.ACTIVE, next_run_at__isnull=False)
         if after is not None:
             live = live.filter(next_run_at__gt=after)
         return live.order_by("next_run_at").values_list("next_run_at", flat=True).first()
 
-    def nth_due(self, now, k: int, *, beyond: datetime, until: datetime, shards=None, shard=None):
+    def schedule_nth_due(self, now, k: int, *, beyond: datetime, until: datetime, shards=None, shard=None):
         """The due time of the k-th live schedule due in (beyond, until], or None when fewer are."""
-        qs = (self.due_schedules(now, shards=shards, shard=shard, horizon=until - now)
+        qs = (self.schedule_due_query(now, shards=shards, shard=shard, horizon=until - now)
               .filter(next_run_at__gt=beyond).values_list("next_run_at", flat=True))
         return qs[k - 1:k].first()
 
-    def count_due(self, now, *, beyond: datetime, until: datetime, cap: int, shards=None, shard=None) -> tuple:
+    def schedule_count_due(self, now, *, beyond: datetime, until: datetime, cap: int, shards=None, shard=None) -> tuple:
         """(how many live schedules are due in (beyond, until], counted up to `cap`; the due time of
         the last of those counted). The count reads the due range of schedule_due_idx once, only
         as far as `cap`: the queryset's own statement, limited, inside a COUNT."""
-        qs = (self.due_schedules(now, shards=shards, shard=shard, horizon=until - now)
+        qs = (self.schedule_due_query(now, shards=shards, shard=shard, horizon=until - now)
               .filter(next_run_at__gt=beyond).values("next_run_at")[:cap])
         inner, params = qs.query.get_compiler(using=qs.db).as_sql()
         with connection.cursor() as cur:
@@ -180,9 +146,55 @@ class PortableStore(RequestedChanges, PortableHistory):
             count = cur.fetchone()[0]
         if not count:
             return 0, None
-        return count, self.nth_due(now, count, beyond=beyond, until=until, shards=shards, shard=shard)
+        return count, self.schedule_nth_due(now, count, beyond=beyond, until=until, shards=shards, shard=shard)
 
-    def active_runs(self, schedule_ids) -> dict:
+    def schedule_advance_many(self, schedules, *, now: datetime) -> None:
+        """The scanner's write-back of next_run_at, completion and last scan error."""
+        Schedule.objects.bulk_update(schedules, ["next_run_at", "status", "completed_at", "last_error"],
+                                     batch_size=1000)
+
+    # --- versions ---------------------------------------------------------------------------------
+
+    def version_policies_by_id(self, version_ids) -> dict:
+        return {
+            vid: VersionPolicy(base, cap, overlap)
+            for vid, base, cap, overlap in ScheduleVersion.objects.filter(id__in=version_ids).values_list(
+                "id", "backoff_base_seconds", "backoff_max_seconds", "overlap_policy")
+        }
+
+    def version_least_misfire_grace(self) -> int:
+        return ScheduleVersion.objects.aggregate(g=Min("misfire_grace_seconds"))["g"] or 0
+
+    # --- tenants ----------------------------------------------------------------------------------
+
+    def tenant_claim_caps(self) -> tuple[dict, dict]:
+        """Per-tenant in-flight caps and per-(tenant, target host) budgets."""
+        tenant_caps = dict(Tenant.objects.filter(max_in_flight__isnull=False).values_list("id", "max_in_flight"))
+        host_caps: dict = {}
+        for tenant_id, prefix, cap in TargetPrefix.objects.filter(max_concurrency__isnull=False).values_list(
+            "tenant_id", "prefix", "max_concurrency"
+        ):
+            key = (tenant_id, target_host(prefix))
+            host_caps[key] = min(cap, host_caps.get(key, cap))
+        return tenant_caps, host_caps
+
+    # --- runs: materialising ----------------------------------------------------------------------
+
+    def run_insert_many(self, triples, *, stamp: datetime, now: datetime) -> set:
+        """Insert occurrences, then runs and events for the occurrences that were new; returns the
+        ids (text) of the runs made. An occurrence that already exists (a backfill's, or a crashed
+        pass's that committed) is left alone: the unique constraint decides, so there is never a
+        second run for it."""
+        Occurrence.objects.bulk_create([t[0] for t in triples], batch_size=1000, ignore_conflicts=True)
+        inserted = set(Occurrence.objects.filter(id__in=[t[0].id for t in triples]).values_list("id", flat=True))
+        kept = [t for t in triples if t[0].id in inserted]
+        for o, r, _ in kept:
+            r.occurrence_id = o.id
+        Run.objects.bulk_create([t[1] for t in kept], batch_size=1000)
+        self.event_insert_many([t[2] for t in kept], now=now)
+        return {str(t[1].id) for t in kept}
+
+    def run_active_per_schedule(self, schedule_ids) -> dict:
         """For overlap policies: per schedule, (an earlier run is still leased or waiting to retry,
         a run is already buffered)."""
         out = {}
@@ -201,35 +213,23 @@ class PortableStore(RequestedChanges, PortableHistory):
             out[sid] = (busy, buffered)
         return out
 
-    def insert_runs(self, triples, *, stamp: datetime, now: datetime) -> set:
-        """Insert occurrences, then runs and events for the occurrences that were new; returns the
-        ids (text) of the runs made. An occurrence that already exists (a backfill's, or a crashed
-        pass's that committed) is left alone: the unique constraint decides, so there is never a
-        second run for it."""
-        Occurrence.objects.bulk_create([t[0] for t in triples], batch_size=1000, ignore_conflicts=True)
-        inserted = set(Occurrence.objects.filter(id__in=[t[0].id for t in triples]).values_list("id", flat=True))
-        kept = [t for t in triples if t[0].id in inserted]
-        for o, r, _ in kept:
-            r.occurrence_id = o.id
-        Run.objects.bulk_create([t[1] for t in kept], batch_size=1000)
-        self.insert_events([t[2] for t in kept], now=now)
-        return {str(t[1].id) for t in kept}
+    def run_existing_instants(self, schedule_id, start: datetime, end: datetime) -> set:
+        """Instants in [start, end) that already have a run of any version of the schedule."""
+        return set(
+            Run.objects.filter(schedule_id=schedule_id, scheduled_time__gte=start, scheduled_time__lt=end)
+            .values_list("scheduled_time", flat=True)
+        )
 
-    def advance_schedules(self, schedules, *, now: datetime) -> None:
-        """The scanner's write-back of next_run_at, completion and last scan error."""
-        Schedule.objects.bulk_update(schedules, ["next_run_at", "status", "completed_at", "last_error"],
-                                     batch_size=1000)
+    # --- runs: claiming ---------------------------------------------------------------------------
 
-    # --- claiming --------------------------------------------------------------------------------
-
-    def due_tenants(self, now, *, max_tenants: int) -> list:
+    def run_due_tenants(self, now, *, max_tenants: int) -> list:
         """Tenants with runs due now, in tenant order."""
         return list(
             Run.objects.filter(state=RunState.READY, next_eligible_at__lte=now)
             .order_by("tenant_id").values_list("tenant_id", flat=True).distinct()[:max_tenants]
         )
 
-    def due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
+    def run_due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
         """(run id, tenant id, target host) of up to `per_tenant` of each tenant's oldest due runs,
         locked (rows another worker holds are skipped), in the given tenant order, leaving out
         the runs of each tenant's targets in `without` (tenant -> hosts with no room): a backlog
@@ -244,13 +244,13 @@ class PortableStore(RequestedChanges, PortableHistory):
             )
         return rows
 
-    def leased_per_tenant(self, tenant_ids) -> dict:
+    def run_leased_per_tenant(self, tenant_ids) -> dict:
         return dict(
             Run.objects.filter(state=RunState.LEASED, tenant_id__in=tenant_ids)
             .values_list("tenant_id").annotate(n=Count("id")).values_list("tenant_id", "n")
         )
 
-    def leased_per_host(self, keys) -> dict:
+    def run_leased_per_host(self, keys) -> dict:
         rows = (
             Run.objects.filter(state=RunState.LEASED, tenant_id__in={k[0] for k in keys},
                                target_host__in={k[1] for k in keys})
@@ -258,35 +258,24 @@ class PortableStore(RequestedChanges, PortableHistory):
         )
         return {(t, h): n for t, h, n in rows}
 
-    def caps(self) -> tuple[dict, dict]:
-        """Per-tenant in-flight caps and per-(tenant, target host) budgets."""
-        tenant_caps = dict(Tenant.objects.filter(max_in_flight__isnull=False).values_list("id", "max_in_flight"))
-        host_caps: dict = {}
-        for tenant_id, prefix, cap in TargetPrefix.objects.filter(max_concurrency__isnull=False).values_list(
-            "tenant_id", "prefix", "max_concurrency"
-        ):
-            key = (tenant_id, target_host(prefix))
-            host_caps[key] = min(cap, host_caps.get(key, cap))
-        return tenant_caps, host_caps
-
-    def claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
+    def run_claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
         """With no explicit caps in play: lease up to `limit` due runs, tenants in rotation, each
         with a fair share, taken round-robin, and no tenant or target host beyond its room under
         the default shares of the claiming worker's slots (`holding`, a decisions.Holding): the
         same choice PostgresStore makes in one statement."""
         now = db_now()
-        due = [t for t in self.due_tenants(now, max_tenants=10_000) if holding.tenant_room(t) > 0]
+        due = [t for t in self.run_due_tenants(now, max_tenants=10_000) if holding.tenant_room(t) > 0]
         tenants = decisions.rotate(due, shift)[:limit]
         if not tenants:
             return []
-        candidates = self.due_candidates(tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)),
+        candidates = self.run_due_candidates(tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)),
                                          without=decisions.full_targets(holding.hosts, holding.host_cap))
         ids = decisions.pick(candidates, limit, tenant_room={t: holding.tenant_room(t) for t in tenants},
                              host_room={}, target_room={k: holding.host_room(k) for k in holding.hosts},
                              target_cap=holding.host_cap)
-        return self.claim(ids, worker=worker, now=now, until=now + timedelta(seconds=lease_seconds))
+        return self.run_claim(ids, worker=worker, now=now, until=now + timedelta(seconds=lease_seconds))
 
-    def claim(self, ids, *, worker: str, now: datetime, until: datetime) -> list[Claimed]:
+    def run_claim(self, ids, *, worker: str, now: datetime, until: datetime) -> list[Claimed]:
         """Lease the given ready runs: generation + 1, attempt opened, event written."""
         if not ids:
             return []
@@ -316,7 +305,7 @@ class PortableStore(RequestedChanges, PortableHistory):
         attempts = Attempt.objects.bulk_create(
             [Attempt(run_id=r[0], scheduled_time=r[7], generation=r[1], worker_id=worker, started_at=now) for r in rows]
         )
-        self.insert_events([event(r[0], r[4], EventKind.LEASED, generation=r[1], workerId=worker,
+        self.event_insert_many([event(r[0], r[4], EventKind.LEASED, generation=r[1], workerId=worker,
                                   state=RunState.LEASED) for r in rows], now=now)
         # The same shape PostgresStore's claim returns: the version's call (headers and payload as
         # JSON text) and policy, and the ids and time as the call's headers carry them.
@@ -328,21 +317,14 @@ class PortableStore(RequestedChanges, PortableHistory):
             for r, a in zip(rows, attempts)
         ]
 
-    def earliest_ready(self):
+    def run_earliest_ready(self):
         """When the earliest ready run becomes eligible (None when there is none)."""
         return (Run.objects.filter(state=RunState.READY).order_by("next_eligible_at")
                 .values_list("next_eligible_at", flat=True).first())
 
-    def version_policies(self, version_ids) -> dict:
-        return {
-            vid: VersionPolicy(base, cap, overlap)
-            for vid, base, cap, overlap in ScheduleVersion.objects.filter(id__in=version_ids).values_list(
-                "id", "backoff_base_seconds", "backoff_max_seconds", "overlap_policy")
-        }
+    # --- runs: leases and results -----------------------------------------------------------------
 
-    # --- leases and results ----------------------------------------------------------------------
-
-    def extend_leases(self, keys, *, worker: str, lease_seconds: float) -> set:
+    def run_extend_leases(self, keys, *, worker: str, lease_seconds: float) -> set:
         """Extend the leases this worker still holds at these generations; returns the pairs it
         still owns."""
         now = db_now()
@@ -351,7 +333,7 @@ class PortableStore(RequestedChanges, PortableHistory):
             _owned(owned, worker).update(lease_until=now + timedelta(seconds=lease_seconds))
         return owned
 
-    def complete(self, decided: list[Decided]) -> tuple[set, datetime | None]:
+    def run_complete(self, decided: list[Decided]) -> tuple[set, datetime | None]:
         """Apply each decided result where its generation still holds the lease: the run's new
         state, its attempt's evidence, the event. Any other result is kept on its attempt as a
         late result. Returns the (run id text, generation) pairs applied and the time written."""
@@ -378,11 +360,11 @@ class PortableStore(RequestedChanges, PortableHistory):
             ["outcome", "finished_at", "http_status", "error_class", "error", "response_excerpt", "latency_ms",
              "remote_address", "late_result"],
         )
-        self.apply_run_updates(updates, now=now)
-        self.insert_events(events, now=now)
+        self.run_apply_updates(updates, now=now)
+        self.event_insert_many(events, now=now)
         return {(str(run_id), gen) for run_id, gen in owned}, now
 
-    def apply_run_updates(self, updates, *, now: datetime) -> None:
+    def run_apply_updates(self, updates, *, now: datetime) -> None:
         """One UPDATE for a batch of (run id, new state, next_eligible_at, last error) decided
         while the rows are locked; the lease is cleared and finished_at set on terminal states."""
         if not updates:
@@ -406,7 +388,7 @@ class PortableStore(RequestedChanges, PortableHistory):
             if terminal else None,
         )
 
-    def release_unstarted(self, claims: list[Claimed], *, now: datetime) -> list[Claimed]:
+    def run_release_unstarted(self, claims: list[Claimed], *, now: datetime) -> list[Claimed]:
         """Runs claimed but never called go back to ready now; their attempt stays (generations
         have no gaps) as abandoned and does not count against the retry budget. Returns the
         claims released (the ones whose generation still held the lease)."""
@@ -420,13 +402,13 @@ class PortableStore(RequestedChanges, PortableHistory):
         Attempt.objects.filter(id__in=[c.attempt_id for c in mine]).update(
             outcome=AttemptOutcome.ABANDONED, finished_at=now, error="given back unstarted at worker shutdown"
         )
-        self.insert_events([event(c.run_id, c.tenant_id, EventKind.RELEASED, generation=c.generation,
+        self.event_insert_many([event(c.run_id, c.tenant_id, EventKind.RELEASED, generation=c.generation,
                                   state=RunState.READY) for c in mine], now=now)
         return mine
 
-    # --- the reconciler --------------------------------------------------------------------------
+    # --- runs: the reconciler and schedule changes ------------------------------------------------
 
-    def lock_expired_leases(self, now, *, batch: int) -> list:
+    def run_lock_expired_leases(self, now, *, batch: int) -> list:
         """Leased runs past their lease end, locked, with what the retry decision needs."""
         return list(
             Run.objects.filter(state=RunState.LEASED, lease_until__lt=now)
@@ -437,15 +419,7 @@ class PortableStore(RequestedChanges, PortableHistory):
                   "lease_owner")[:batch]
         )
 
-    def mark_open_attempts_unknown(self, runs, *, now: datetime, error: str) -> None:
-        cond = Q()
-        for r in runs:
-            cond |= Q(run_id=r.id, generation=r.generation)
-        Attempt.objects.filter(cond, outcome__isnull=True).update(
-            outcome=AttemptOutcome.UNKNOWN, finished_at=now, error_class=LEASE_EXPIRED, error=error,
-        )
-
-    def release_buffered(self, schedule_ids, *, now: datetime) -> int:
+    def run_release_buffered(self, schedule_ids, *, now: datetime) -> int:
         """Overlap buffer_one: for schedules whose earlier run ended, their buffered run may start
         now. A schedule is still busy while any other run of it is leased or ready; its buffered
         run then waits on. Rows another transaction holds are left for the next call, so this never
@@ -467,11 +441,11 @@ class PortableStore(RequestedChanges, PortableHistory):
         if not rows:
             return 0
         Run.objects.filter(id__in=[r[0] for r in rows]).update(next_eligible_at=now, reason="")
-        self.insert_events([event(rid, tid, EventKind.UNBUFFERED, state=RunState.READY, nextEligibleAt=iso(now))
+        self.event_insert_many([event(rid, tid, EventKind.UNBUFFERED, state=RunState.READY, nextEligibleAt=iso(now))
                             for rid, tid in rows], now=now)
         return len(rows)
 
-    def buffered_schedules(self) -> set:
+    def run_buffered_schedules(self) -> set:
         """Schedules with a buffered run. Buffered runs wait at BUFFERED_UNTIL, the far end of
         run_ready_idx: this reads them only, not every ready run of a backlog."""
         return set(
@@ -479,18 +453,15 @@ class PortableStore(RequestedChanges, PortableHistory):
             .values_list("schedule_id", flat=True)
         )
 
-    def _unclaimed(self, now):
+    def _run_unclaimed(self, now):
         return Run.objects.filter(
             state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
         )
 
-    def oldest_unclaimed(self, now):
-        return self._unclaimed(now).order_by("next_eligible_at").values_list("next_eligible_at", flat=True).first()
+    def run_oldest_unclaimed(self, now):
+        return self._run_unclaimed(now).order_by("next_eligible_at").values_list("next_eligible_at", flat=True).first()
 
-    def least_misfire_grace(self) -> int:
-        return ScheduleVersion.objects.aggregate(g=Min("misfire_grace_seconds"))["g"] or 0
-
-    def missed_beyond_policy(self, now, *, limit: int) -> list:
+    def run_missed_beyond_policy(self, now, *, limit: int) -> list:
         """Ids of unclaimed runs eligible longer ago than their version's grace that their
         schedule's misfire policy does not keep (ranked per schedule, newest first, past the 0, 1
         or catchupLimit kept), oldest first, at most `limit`.
@@ -500,7 +471,7 @@ class PortableStore(RequestedChanges, PortableHistory):
         locks what this picks in a separate step. "Eligible longer ago than its version's grace"
         is one range per distinct grace value (there are few): interval arithmetic on a column is
         not portable."""
-        unclaimed = self._unclaimed(now)
+        unclaimed = self._run_unclaimed(now)
         graces = set(unclaimed.values_list("version__misfire_grace_seconds", flat=True).distinct()[:1000])
         missed = Q()
         for g in graces:
@@ -522,12 +493,19 @@ class PortableStore(RequestedChanges, PortableHistory):
             .values_list("id", flat=True)[:limit]
         )
 
-    def skip_unclaimed(self, ids, *, now: datetime, reason: str) -> int:
+    def run_skip_unclaimed(self, ids, *, now: datetime, reason: str) -> int:
         """Skip those of `ids` still unclaimed (locked with SKIP LOCKED, re-checked)."""
         qs = Run.objects.filter(id__in=ids, state=RunState.READY, generation=0, reason="")
-        return self._end_unstarted(qs, RunState.SKIPPED, reason=reason, now=now, skip_locked=True)
+        return self._run_end_unstarted(qs, RunState.SKIPPED, reason=reason, now=now, skip_locked=True)
 
-    def _end_unstarted(self, qs, state: str, *, reason: str, now: datetime, skip_locked: bool = False) -> int:
+    def run_cancel_unstarted(self, schedule_id, *, now: datetime, reason: str, versions_below: int | None = None) -> int:
+        """Cancel a schedule's runs that have not started (ready, never attempted), with events."""
+        qs = Run.objects.filter(schedule_id=schedule_id, state=RunState.READY, generation=0)
+        if versions_below is not None:
+            qs = qs.filter(schedule_version__lt=versions_below)
+        return self._run_end_unstarted(qs, RunState.CANCELED, reason=reason, now=now)
+
+    def _run_end_unstarted(self, qs, state: str, *, reason: str, now: datetime, skip_locked: bool = False) -> int:
         """Runs of `qs` (ready, never attempted), locked, made terminal in `state` with `reason`,
         each with its event."""
         rows = list(qs.select_for_update(skip_locked=skip_locked).values_list("id", "tenant_id"))
@@ -537,22 +515,51 @@ class PortableStore(RequestedChanges, PortableHistory):
             state=state, reason=reason, next_eligible_at=None, finished_at=now
         )
         kind = {RunState.SKIPPED: EventKind.SKIPPED, RunState.CANCELED: EventKind.CANCELED}[state]
-        self.insert_events([event(rid, tid, kind, state=state, reason=reason) for rid, tid in rows], now=now)
+        self.event_insert_many([event(rid, tid, kind, state=state, reason=reason) for rid, tid in rows], now=now)
         return len(rows)
 
-    # --- schedule changes ------------------------------------------------------------------------
+    # --- attempts ---------------------------------------------------------------------------------
 
-    def cancel_unstarted(self, schedule_id, *, now: datetime, reason: str, versions_below: int | None = None) -> int:
-        """Cancel a schedule's runs that have not started (ready, never attempted), with events."""
-        qs = Run.objects.filter(schedule_id=schedule_id, state=RunState.READY, generation=0)
-        if versions_below is not None:
-            qs = qs.filter(schedule_version__lt=versions_below)
-        return self._end_unstarted(qs, RunState.CANCELED, reason=reason, now=now)
-
-    def existing_instants(self, schedule_id, start: datetime, end: datetime) -> set:
-        """Instants in [start, end) that already have a run of any version of the schedule."""
-        return set(
-            Run.objects.filter(schedule_id=schedule_id, scheduled_time__gte=start, scheduled_time__lt=end)
-            .values_list("scheduled_time", flat=True)
+    def attempt_mark_open_unknown(self, runs, *, now: datetime, error: str) -> None:
+        cond = Q()
+        for r in runs:
+            cond |= Q(run_id=r.id, generation=r.generation)
+        Attempt.objects.filter(cond, outcome__isnull=True).update(
+            outcome=AttemptOutcome.UNKNOWN, finished_at=now, error_class=LEASE_EXPIRED, error=error,
         )
+
+    # --- events: every outbox event is written here -----------------------------------------------
+
+    def event_insert_many(self, events: list[Event], *, now: datetime) -> None:
+        """Every outbox event is written here, in the caller's transaction. A tenant without a
+        webhook has nobody to deliver to, so its events are written published (the PostgreSQL
+        statements that write events decide it the same way, in SQL: runs.store.postgres)."""
+        if not events:
+            return
+        silent = {str(t) for t in Tenant.objects.filter(id__in={e.tenant_id for e in events}, notification_url="")
+                  .values_list("id", flat=True)}
+        OutboxEvent.objects.bulk_create([
+            OutboxEvent(run_id=e.run_id, tenant_id=e.tenant_id, kind=e.kind, payload=e.payload,
+                        published_at=now if str(e.tenant_id) in silent else None)
+            for e in events
+        ])
+
+    # --- counters kept for the portal and /metrics (runs.stats) -----------------------------------
+
+    def counter_keep_recent(self, key: str, *, taken_at: datetime, counts: dict) -> bool:
+        """Keep the last hour's counts for `key` (one upsert), or, when another writer holds the
+        database, not: the caller is a page or a scrape, which must not wait for an optional save.
+        True when kept. SQLite has one write lock for the file; the upsert runs without the busy
+        wait the connection otherwise has (restored after)."""
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA busy_timeout")
+            (wait_ms,) = cur.fetchone()
+            cur.execute("PRAGMA busy_timeout = 0")
+            try:
+                _keep_recent_count(key, taken_at, counts)
+            except OperationalError:  # "database is locked": another writer has the file
+                return False
+            finally:
+                cur.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+        return True
 

@@ -17,9 +17,9 @@ from schedules.models import Schedule, ScheduleStatus, ScheduleVersion
 
 
 class RequestedChanges:
-    # --- runs -----------------------------------------------------------------------------------
+    # --- runs -------------------------------------------------------------------------------------
 
-    def retry_run(self, run: Run, *, by: str, now: datetime) -> None:
+    def run_set_retried(self, run: Run, *, by: str, now: datetime) -> None:
         """dead | canceled -> ready now, with a fresh retry budget (the generation goes on)."""
         run.state = RunState.READY
         run.reason = ""
@@ -31,7 +31,7 @@ class RequestedChanges:
         run.save(update_fields=["state", "reason", "next_eligible_at", "finished_at", "attempts_used",
                                 "retried_by", "retried_at"])
 
-    def cancel_run(self, run: Run, *, reason: str, by: str, now: datetime) -> None:
+    def run_set_canceled(self, run: Run, *, reason: str, by: str, now: datetime) -> None:
         """ready | leased -> canceled; a leased run's open attempt is closed as abandoned in flight."""
         if run.state == RunState.LEASED:
             Attempt.objects.filter(run_id=run.id, generation=run.generation, outcome__isnull=True).update(
@@ -49,23 +49,15 @@ class RequestedChanges:
         run.finished_at = now
         run.save(update_fields=["state", "reason", "lease_until", "lease_owner", "next_eligible_at", "finished_at"])
 
-    # --- schedules ------------------------------------------------------------------------------
+    # --- schedules --------------------------------------------------------------------------------
 
-    def insert_version(self, schedule: Schedule, version: ScheduleVersion) -> None:
-        """Insert the schedule's next version and save the schedule pointing at it, with the fields
-        the edit recomputed (name, anchor, next instant, status)."""
-        version.save(force_insert=True)
-        schedule.version = version.version
-        schedule.current = version
-        schedule.save()
-
-    def pause_schedule(self, schedule: Schedule, *, now: datetime) -> None:
+    def schedule_set_paused(self, schedule: Schedule, *, now: datetime) -> None:
         schedule.enabled = False
         schedule.paused_at = now
         schedule.next_run_at = None
         schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "updated_at"])
 
-    def resume_schedule(self, schedule: Schedule, *, next_run_at: datetime | None, completed_at: datetime | None) -> None:
+    def schedule_set_resumed(self, schedule: Schedule, *, next_run_at: datetime | None, completed_at: datetime | None) -> None:
         """Enabled again, due next at `next_run_at`; with no next instant (an active schedule whose
         rule has ended) it is completed at `completed_at`."""
         schedule.enabled = True
@@ -76,15 +68,25 @@ class RequestedChanges:
                 schedule.status, schedule.completed_at = ScheduleStatus.COMPLETED, completed_at
         schedule.save(update_fields=["enabled", "paused_at", "next_run_at", "status", "completed_at", "updated_at"])
 
-    def archive_schedule(self, schedule: Schedule, *, now: datetime) -> None:
+    def schedule_set_archived(self, schedule: Schedule, *, now: datetime) -> None:
         schedule.status = ScheduleStatus.ARCHIVED
         schedule.archived_at = now
         schedule.next_run_at = None
         schedule.save(update_fields=["status", "archived_at", "next_run_at", "updated_at"])
 
-    def set_schedule_owner(self, schedule_id, owner_id) -> None:
+    def schedule_set_owner(self, schedule_id, owner_id) -> None:
         Schedule.objects.filter(id=schedule_id).update(owner_id=owner_id)
 
-    def set_managed_name(self, schedule_id, name: str) -> None:
+    def schedule_set_managed_name(self, schedule_id, name: str) -> None:
         """A schedule set adopts an existing schedule under its name (runs.schedule_apply)."""
         Schedule.objects.filter(id=schedule_id).update(managed_name=name)
+
+    # --- versions ---------------------------------------------------------------------------------
+
+    def version_insert(self, schedule: Schedule, version: ScheduleVersion) -> None:
+        """Insert the schedule's next version and save the schedule pointing at it, with the fields
+        the edit recomputed (name, anchor, next instant, status)."""
+        version.save(force_insert=True)
+        schedule.version = version.version
+        schedule.current = version
+        schedule.save()

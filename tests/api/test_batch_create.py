@@ -192,7 +192,7 @@ def test_concurrent_batches_cannot_together_go_past_the_quota(tenant, target, se
     # Far enough from the limit that neither batch alone would be counted near it.
     settings.SCHEDULER_MAX_SCHEDULES_PER_TENANT = 300
     inserted = threading.Barrier(2)
-    real_insert = type(store()).insert_new
+    real_insert = type(store()).rows_insert_new
 
     def insert_new(self, model, objs, **kw):
         if model is ScheduleVersion:
@@ -202,7 +202,7 @@ def test_concurrent_batches_cannot_together_go_past_the_quota(tenant, target, se
                 pass  # the other batch is held at the lock: the fix working
         return real_insert(self, model, objs, **kw)
 
-    monkeypatch.setattr(type(store()), "insert_new", insert_new)
+    monkeypatch.setattr(type(store()), "rows_insert_new", insert_new)
     results = []
 
     def create(tag):
@@ -246,7 +246,7 @@ AWKWARD = ["tab\there", "new\nline\r\nend", "back\\slash", "\\N", "\\.", "end\\"
 
 
 def test_awkward_text_is_stored_by_the_batch_exactly_as_sent(api, tenant, target):
-    """The batch inserts with COPY on PostgreSQL (PostgresStore.insert_new), not INSERT: every
+    """The batch inserts with COPY on PostgreSQL (PostgresStore.rows_insert_new), not INSERT: every
     text and JSON value must come back exactly as a single create stores it."""
     items = [{**schedule_body(target, name=s, payload={"s": s, s: [s, {"k": s}], "n": -2**63 + 1}),
               "target": {"url": f"{target.url}/hook?q={i}", "headers": {"X-Awkward": "a\\b\"c"}}}
@@ -262,14 +262,14 @@ def test_awkward_text_is_stored_by_the_batch_exactly_as_sent(api, tenant, target
 
 
 def test_a_batch_is_one_transaction_a_failed_insert_leaves_nothing(api, tenant, target, monkeypatch):
-    real_insert = type(store()).insert_new
+    real_insert = type(store()).rows_insert_new
 
     def insert_new(self, model, objs, **kw):
         if model is AuditEntry:
             raise RuntimeError("the audit insert failed")
         return real_insert(self, model, objs, **kw)
 
-    monkeypatch.setattr(type(store()), "insert_new", insert_new)
+    monkeypatch.setattr(type(store()), "rows_insert_new", insert_new)
     with pytest.raises(RuntimeError):
         actions.create_schedules(tenant, [{"expression": "0 * * * *", "time_zone": "UTC",
                                                     "target_url": target.url + "/hook"}] * 3, by=ACTOR, now=db_now())

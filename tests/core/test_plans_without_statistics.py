@@ -50,7 +50,7 @@ def plans(monkeypatch):
     """The plan of each claim and complete statement, from `EXPLAIN` with the parameters it is
     executed with, just before it runs."""
     seen = []
-    statements = set(CLAIM_DUE_SQL.values()) | {COMPLETE_SQL}
+    statements = {CLAIM_DUE_SQL, COMPLETE_SQL}
     execute = _Unprepared.execute
 
     def explained(self, query, params=None):

@@ -40,11 +40,11 @@ def test_insert_runs_makes_each_occurrence_once_and_returns_the_ids_it_made(tena
     schedule = make_schedule(tenant, target.url + "/x")
     triples, now = made_triples(schedule)
     with transaction.atomic():
-        made = store().insert_runs(triples, stamp=now, now=now)
+        made = store().run_insert_many(triples, stamp=now, now=now)
     assert made == {str(t[1].id) for t in triples} and all(isinstance(i, str) for i in made)
     again, _ = made_triples(schedule)  # the same instants, new ids
     with transaction.atomic():
-        assert store().insert_runs(again, stamp=now, now=now) == set()
+        assert store().run_insert_many(again, stamp=now, now=now) == set()
     assert Run.objects.count() == Occurrence.objects.count() == 2
     created = OutboxEvent.objects.filter(kind="run.created")
     assert created.count() == 2
@@ -58,7 +58,7 @@ def claim_one(tenant, target, *, webhook=False) -> Claimed:
     make_due(make_schedule(tenant, target.url + "/job", max_attempts=3))
     queue.materialise_due(batch=10)
     with transaction.atomic():
-        (c,) = store().claim_due(worker="w-1", limit=10, lease_seconds=30, shift=0, holding=queue.idle_holding())
+        (c,) = store().run_claim_due(worker="w-1", limit=10, lease_seconds=30, shift=0, holding=queue.idle_holding())
     return c
 
 
@@ -82,11 +82,11 @@ def test_a_claim_leases_opens_the_attempt_and_returns_everything_the_call_needs(
 def test_heartbeats_extend_only_leases_still_held(tenant, target):
     c = claim_one(tenant, target)
     with transaction.atomic():
-        owned = store().extend_leases([(c.run_id, c.generation), (c.run_id, c.generation + 1)], worker="w-1",
+        owned = store().run_extend_leases([(c.run_id, c.generation), (c.run_id, c.generation + 1)], worker="w-1",
                                       lease_seconds=60)
     assert owned == {(c.run_id, c.generation)}
     with transaction.atomic():
-        assert store().extend_leases([(c.run_id, c.generation)], worker="w-other", lease_seconds=60) == set()
+        assert store().run_extend_leases([(c.run_id, c.generation)], worker="w-other", lease_seconds=60) == set()
 
 
 def test_complete_applies_a_held_result_and_keeps_a_fenced_one_as_evidence(tenant, target):
@@ -96,7 +96,7 @@ def test_complete_applies_a_held_result_and_keeps_a_fenced_one_as_evidence(tenan
     stale = Claimed(**{**c.__dict__, "generation": c.generation + 7})
     late = decisions.Decided(Result(stale, "failed", retryable=True, http_status=503, error="busy"), "ready", 1.0)
     with transaction.atomic():
-        applied, now = store().complete([ok, late])
+        applied, now = store().run_complete([ok, late])
     assert applied == {(str(c.run_id), c.generation)}
     assert now is not None
     run = Run.objects.get(id=c.run_id)
@@ -113,7 +113,7 @@ def test_a_retryable_failure_sets_the_backoff_and_its_error(tenant, target):
     c = claim_one(tenant, target)
     d = decisions.Decided(Result(c, "failed", retryable=True, http_status=503), "ready", 30.0)
     with transaction.atomic():
-        applied, now = store().complete([d])
+        applied, now = store().run_complete([d])
     run = Run.objects.get(id=c.run_id)
     assert (run.state, run.last_error, run.finished_at) == ("ready", "HTTP 503", None)
     assert timedelta(seconds=29) < run.next_eligible_at - now < timedelta(seconds=31)
@@ -123,25 +123,25 @@ def test_a_retryable_failure_sets_the_backoff_and_its_error(tenant, target):
 def test_release_unstarted_gives_runs_back_without_using_an_attempt(tenant, target):
     c = claim_one(tenant, target)
     with transaction.atomic():
-        released = store().release_unstarted([c], now=db_now())
+        released = store().run_release_unstarted([c], now=db_now())
     assert [r.run_id for r in released] == [c.run_id]
     run = Run.objects.get(id=c.run_id)
     assert (run.state, run.attempts_used, run.generation) == ("ready", 0, 1)
     assert Attempt.objects.get(id=c.attempt_id).outcome == "abandoned"
     with transaction.atomic():
-        assert store().release_unstarted([c], now=db_now()) == []  # no longer held: fenced
+        assert store().run_release_unstarted([c], now=db_now()) == []  # no longer held: fenced
 
 
 def test_cancel_unstarted_and_skip_unclaimed_write_their_events(tenant, target):
     schedule = make_schedule(tenant, target.url + "/x")
     triples, now = made_triples(schedule, n=3)
     with transaction.atomic():
-        store().insert_runs(triples, stamp=now, now=now)
+        store().run_insert_many(triples, stamp=now, now=now)
     ids = [t[1].id for t in triples]
     with transaction.atomic():
-        assert store().skip_unclaimed(ids[:1], now=now, reason="misfire") == 1
+        assert store().run_skip_unclaimed(ids[:1], now=now, reason="misfire") == 1
     with transaction.atomic():
-        assert store().cancel_unstarted(schedule.id, now=now, reason="paused") == 2
+        assert store().run_cancel_unstarted(schedule.id, now=now, reason="paused") == 2
     states = dict(Run.objects.values_list("id", "state"))
     assert [states[i] for i in ids] == ["skipped", "canceled", "canceled"]
     assert OutboxEvent.objects.filter(kind="run.skipped").count() == 1
@@ -200,7 +200,7 @@ def test_insert_schedule_is_all_or_nothing_without_a_transaction_of_the_callers(
     else:
         entry.tenant_id = "00000000-0000-0000-0000-000000000000"
     with pytest.raises(Exception):
-        store().insert_schedule(schedule, version, entry)
+        store().schedule_insert(schedule, version, entry)
     assert not Schedule.objects.filter(id=schedule.id).exists()
     assert not ScheduleVersion.objects.filter(schedule_id=schedule.id).exists()
     assert not AuditEntry.objects.filter(object_id=str(schedule.id)).exists()
@@ -237,9 +237,9 @@ def test_keep_recent_count_inserts_then_replaces_the_row_of_its_key():
     from runs.models import RecentStateCount
 
     t0 = db_now()
-    assert store().keep_recent_count("k", taken_at=t0, counts={"ready": 1})
-    assert store().keep_recent_count("k", taken_at=t0 + timedelta(seconds=1), counts={"ready": 2})
-    assert store().keep_recent_count("other", taken_at=t0, counts={"dead": 3})
+    assert store().counter_keep_recent("k", taken_at=t0, counts={"ready": 1})
+    assert store().counter_keep_recent("k", taken_at=t0 + timedelta(seconds=1), counts={"ready": 2})
+    assert store().counter_keep_recent("other", taken_at=t0, counts={"dead": 3})
     rows = {r.key: (r.taken_at, r.counts) for r in RecentStateCount.objects.all()}
     assert rows == {"k": (t0 + timedelta(seconds=1), {"ready": 2}), "other": (t0, {"dead": 3})}
 
@@ -266,7 +266,7 @@ def test_keeping_a_count_never_waits_for_another_writer():
         other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
         other.execute("BEGIN IMMEDIATE")
         started = time.monotonic()
-        kept = store().keep_recent_count("k", taken_at=db_now(), counts={"ready": 1})
+        kept = store().counter_keep_recent("k", taken_at=db_now(), counts={"ready": 1})
         waited = time.monotonic() - started
         other.execute("COMMIT")
         other.close()
@@ -276,12 +276,12 @@ def test_keeping_a_count_never_waits_for_another_writer():
             assert cur.fetchone()[0] == wait_ms
         assert not RecentStateCount.objects.exists()
     else:
-        store().keep_recent_count("theirs", taken_at=db_now(), counts={})
+        store().counter_keep_recent("theirs", taken_at=db_now(), counts={})
         with psycopg.connect(**connection.get_connection_params()) as other:
             other.execute("SELECT 1 FROM runs_recentstatecount WHERE key = 'theirs' FOR UPDATE")
-            kept = store().keep_recent_count("k", taken_at=db_now(), counts={"ready": 1})
+            kept = store().counter_keep_recent("k", taken_at=db_now(), counts={"ready": 1})
         assert kept is True
-    assert store().keep_recent_count("k", taken_at=db_now(), counts={"ready": 1})
+    assert store().counter_keep_recent("k", taken_at=db_now(), counts={"ready": 1})
     assert RecentStateCount.objects.get(key="k").counts == {"ready": 1}
 
 
@@ -293,7 +293,7 @@ def test_cancel_run_closes_a_leased_runs_open_attempt_and_retry_run_makes_it_rea
     run = Run.objects.get(id=c.run_id)
     now = db_now()
     with transaction.atomic():
-        store().cancel_run(run, reason="canceled", by="ops@example", now=now)
+        store().run_set_canceled(run, reason="canceled", by="ops@example", now=now)
     stored = Run.objects.get(id=c.run_id)
     assert (stored.state, stored.reason, stored.lease_until, stored.lease_owner, stored.next_eligible_at,
             stored.finished_at) == ("canceled", "canceled", None, "", None, now)
@@ -302,7 +302,7 @@ def test_cancel_run_closes_a_leased_runs_open_attempt_and_retry_run_makes_it_rea
     assert "ops@example" in a.error
     later = db_now()
     with transaction.atomic():
-        store().retry_run(stored, by="ops@example", now=later)
+        store().run_set_retried(stored, by="ops@example", now=later)
     again = Run.objects.get(id=c.run_id)
     assert (again.state, again.reason, again.next_eligible_at, again.finished_at, again.attempts_used,
             again.retried_by, again.retried_at, again.generation) == ("ready", "", later, None, 0, "ops@example",
@@ -315,10 +315,10 @@ def test_cancel_run_of_a_ready_run_touches_no_attempt(tenant, target):
     schedule = make_schedule(tenant, target.url + "/x")
     triples, now = made_triples(schedule, n=1)
     with transaction.atomic():
-        store().insert_runs(triples, stamp=now, now=now)
+        store().run_insert_many(triples, stamp=now, now=now)
     run = Run.objects.get(id=triples[0][1].id)
     with transaction.atomic():
-        store().cancel_run(run, reason="canceled", by="ops", now=now)
+        store().run_set_canceled(run, reason="canceled", by="ops", now=now)
     assert Run.objects.get(id=run.id).state == "canceled" and not Attempt.objects.filter(run_id=run.id).exists()
 
 
@@ -328,21 +328,21 @@ def test_pause_resume_and_archive_write_the_schedule_row(tenant, target):
     schedule = make_schedule(tenant, target.url + "/x")
     now = db_now()
     with transaction.atomic():
-        store().pause_schedule(schedule, now=now)
+        store().schedule_set_paused(schedule, now=now)
     stored = Schedule.objects.get(id=schedule.id)
     assert (stored.enabled, stored.paused_at, stored.next_run_at) == (False, now, None)
     next_at = now + timedelta(minutes=1)
     with transaction.atomic():
-        store().resume_schedule(stored, next_run_at=next_at, completed_at=now)
+        store().schedule_set_resumed(stored, next_run_at=next_at, completed_at=now)
     stored = Schedule.objects.get(id=schedule.id)
     assert (stored.enabled, stored.paused_at, stored.next_run_at, stored.status) == (True, None, next_at, "active")
     # An active schedule with no next instant left is completed as it resumes.
     with transaction.atomic():
-        store().resume_schedule(stored, next_run_at=None, completed_at=now)
+        store().schedule_set_resumed(stored, next_run_at=None, completed_at=now)
     stored = Schedule.objects.get(id=schedule.id)
     assert (stored.status, stored.completed_at, stored.next_run_at) == ("completed", now, None)
     with transaction.atomic():
-        store().archive_schedule(stored, now=now)
+        store().schedule_set_archived(stored, now=now)
     stored = Schedule.objects.get(id=schedule.id)
     assert (stored.status, stored.archived_at, stored.next_run_at) == ("archived", now, None)
 
@@ -357,14 +357,14 @@ def test_insert_version_points_the_schedule_at_its_new_version(tenant, target):
     version.version, version.changes, version.expression = 2, {"expression": ["x", "y"]}, "0 5 * * *"
     schedule.name = "renamed"
     with transaction.atomic():
-        store().insert_version(schedule, version)
+        store().version_insert(schedule, version)
     stored = Schedule.objects.select_related("current").get(id=schedule.id)
     assert (stored.version, stored.current_id, stored.current.expression, stored.name) == (
         2, version.id, "0 5 * * *", "renamed")
     assert ScheduleVersion.objects.filter(schedule_id=schedule.id).count() == 2
     owner = Owner.objects.create(tenant=tenant, slug="team-a", name="Team A")
     with transaction.atomic():
-        store().set_schedule_owner(schedule.id, owner.id)
-        store().set_managed_name(schedule.id, "nightly")
+        store().schedule_set_owner(schedule.id, owner.id)
+        store().schedule_set_managed_name(schedule.id, "nightly")
     stored = Schedule.objects.get(id=schedule.id)
     assert (stored.owner_id, stored.managed_name) == (owner.id, "nightly")

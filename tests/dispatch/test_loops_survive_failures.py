@@ -153,8 +153,8 @@ def test_a_scan_step_whose_session_is_terminated_mid_transaction_makes_the_run_o
     for s in schedules:
         make_due(s)
     s = store()
-    cut = TerminateMidStep(s.advance_schedules, times=2)  # after the runs were inserted in the same transaction
-    monkeypatch.setattr(s, "advance_schedules", cut)
+    cut = TerminateMidStep(s.schedule_advance_many, times=2)  # after the runs were inserted in the same transaction
+    monkeypatch.setattr(s, "schedule_advance_many", cut)
     with running(Scanner()):
         wait_for(lambda: Run.objects.filter(schedule__in=schedules).count() == 3)
         time.sleep(0.5)  # the scanner goes on scanning: nothing is made twice
@@ -169,8 +169,8 @@ def test_a_reconcile_step_whose_session_is_terminated_mid_transaction_recovers_t
     (c,) = queue.claim("w-gone", 10, lease_seconds=1)
     Run.objects.filter(id=c.run_id).update(lease_until=db_now() - timedelta(seconds=5))
     s = store()
-    cut = TerminateMidStep(s.apply_run_updates)  # after the attempt was marked unknown
-    monkeypatch.setattr(s, "apply_run_updates", cut)
+    cut = TerminateMidStep(s.run_apply_updates)  # after the attempt was marked unknown
+    monkeypatch.setattr(s, "run_apply_updates", cut)
     with running(Reconciler()):
         wait_for(lambda: Run.objects.get(id=c.run_id).state != "leased")
     assert cut.terminated == 1
@@ -208,7 +208,7 @@ def test_a_worker_whose_session_is_terminated_mid_step_delivers_every_run(tenant
         make_due(s)
     loops.drain(loops.scan_step)
     st = store()
-    method = {"claim": "claim_due", "complete": "complete"}[step]
+    method = {"claim": "run_claim_due", "complete": "run_complete"}[step]
     cut = TerminateMidStep(getattr(st, method))
     monkeypatch.setattr(st, method, cut)
     stop = threading.Event()

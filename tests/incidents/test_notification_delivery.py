@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 
 from dispatch.incidents import notifications_for
-from dispatch.models import Incident, Notification
+from dispatch.models import Incident, Notification, NotificationKind
 from dispatch.notifications import NotificationRelay, claim
 from scheduler_project.foundation.dbclock import db_now
 from schedules.owners import create_owner
@@ -24,7 +24,7 @@ def queue_for(tenant, owner, rule="dead"):
     # A tenant-wide incident (no schedule): one open per (tenant, rule), so each call its own rule.
     inc = Incident.objects.create(tenant=tenant, owner=owner, rule=rule, summary="a run went dead", opened_at=now,
                                   last_seen_at=now)
-    notes = notifications_for(inc, "incident.opened", tenant_slug=tenant.slug, now=now, owner=owner)
+    notes = notifications_for(inc, NotificationKind.INCIDENT_OPENED, tenant_slug=tenant.slug, now=now, owner=owner)
     Notification.objects.bulk_create(notes)
     return notes
 

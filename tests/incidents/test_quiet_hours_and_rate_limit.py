@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from dispatch.incidents import notifications_for, send_test_notification
-from dispatch.models import Incident, Notification
+from dispatch.models import Incident, Notification, NotificationKind
 from dispatch.notifications import NotificationRelay, quiet_until
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Owner
@@ -28,7 +28,7 @@ def queue(tenant, owner, n=1):
     for i in range(n):
         inc = Incident.objects.create(tenant=tenant, owner=owner, rule="dead", summary=f"run {i} went dead",
                                       opened_at=now, last_seen_at=now, state="resolved", resolved_at=now)
-        notes += notifications_for(inc, "incident.opened", tenant_slug=tenant.slug, now=now, owner=owner)
+        notes += notifications_for(inc, NotificationKind.INCIDENT_OPENED, tenant_slug=tenant.slug, now=now, owner=owner)
     Notification.objects.bulk_create(notes)
     return notes
 

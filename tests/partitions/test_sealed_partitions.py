@@ -10,7 +10,7 @@ from django.db import connection
 from runs import partitions, queue
 from runs.actions import backfill_schedule, retry_run
 from runs.models import HistoryPartition, Run
-from runs.store.postgres import CLAIM_DUE_SQL, _live_floor, share_params
+from runs.store.postgres import CLAIM_DUE_SQL, NO_FLOOR, _live_floor, share_params
 from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_schedule
 
@@ -30,7 +30,7 @@ def planned_partitions() -> set:
 
     connection.ensure_connection()
     cur = psycopg.Cursor(connection.connection)
-    cur.execute("EXPLAIN " + CLAIM_DUE_SQL[True], {"worker": "w", "limit": 10, "lease": 60, "shift": 0,
+    cur.execute("EXPLAIN " + CLAIM_DUE_SQL, {"worker": "w", "limit": 10, "lease": 60, "shift": 0,
                                                    "floor": floor(), **share_params(queue.idle_holding())}, prepare=False)
     return {part for (line,) in cur.fetchall() for part in line.split() if part.startswith("runs_run_")}
 
@@ -68,7 +68,7 @@ def test_a_retry_in_a_sealed_partition_unseals_it_and_the_next_claim_takes_the_r
     partitions.seal_quiet_partitions(db_now())
     retry_run(run, by=ACTOR)
     assert not HistoryPartition.objects.get(name=kept.name).sealed
-    assert floor() is None  # the kept partition has no lower bound: nothing is left out
+    assert floor() == NO_FLOOR  # the kept partition has no lower bound: nothing is left out
     (c,) = queue.claim("w-2", 10)
     assert c.run_id == run.id and c.generation == 2
 
@@ -78,4 +78,4 @@ def test_a_partition_with_a_ready_run_is_not_sealed(tenant, target):
     partitions.seal_quiet_partitions(db_now())
     kept = next(p for p in partitions.layout("runs_run") if p.role == "kept")
     assert not HistoryPartition.objects.get(name=kept.name).sealed
-    assert floor() is None
+    assert floor() == NO_FLOOR

@@ -21,13 +21,13 @@ class Command(BaseCommand):
             return
         now = db_now()
         if not options["check"]:
-            made = s.ensure_partitions(now)
-            s.seal_partitions(now)
+            made = s.history_ensure_partitions(now)
+            s.history_seal_partitions(now)
             if made and made.created:
                 self.stdout.write(f"made {len(made.created)} partitions; moved {made.moved_from_future} rows out of "
                                   "the catch-all partitions")
         st = retention.status(now=now)
-        for table, parts in s.history_layout().items():
+        for table, parts in s.history_partition_layout().items():
             self.stdout.write(f"{table}:")
             for p in parts:
                 lo = p.lower.isoformat() if p.lower else "MINVALUE"
