@@ -1288,6 +1288,9 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
 
     errors = log_errors(logdir)
     print("\nprocess logs (bench/out/soak/): " + (", ".join(f"{k}: {v}" for k, v in errors.items()) or "no Traceback or ERROR line"))
+    locks = lock_lines(logdir)
+    print("  lock waits given up or broken, by log: " + (", ".join(f"{k}: {v}" for k, v in locks.items()) or "none")
+          + f"; partition removals {counts.get('removals', 'n/a')}")
     for d in o.details[:30]:
         print("  " + d)
     ok = all(zeros[k] == 0 for k in checked)
@@ -1319,6 +1322,23 @@ def log_errors(logdir: Path) -> dict:
         n = text.count("Traceback") + sum(1 for line in text.splitlines() if " ERROR " in line or line.startswith("ERROR"))
         if n:
             out[path.name] = n
+    return out
+
+
+LOCK_LINES = {"deadlock": "deadlock detected", "lock timeout": "lock timeout",
+              "maintain gave way": "the tables were busy"}
+
+
+def lock_lines(logdir: Path) -> dict:
+    """Lines about locks per log: a deadlock (any process), a lock timeout, maintenance giving way
+    (runs.partitions, "Lock order": it retries its step)."""
+    out = {}
+    for path in sorted(logdir.glob("*.log")):
+        text = path.read_text(errors="replace")
+        for label, needle in LOCK_LINES.items():
+            n = text.count(needle)
+            if n:
+                out[f"{path.stem} {label}"] = n
     return out
 
 
