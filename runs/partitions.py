@@ -34,7 +34,7 @@ a cycle with the scanner (which holds its schedules, then reads runs) and with p
 soak saw scanner passes and web requests fail with `deadlock detected`. No order fits every hot
 path (the scanner takes schedules before runs, a claim runs before versions and tenants), so
 maintenance gives way instead: its waits are all in those first statements, under a lock timeout
-kept below the server's deadlock_timeout, so in any cycle it is the one that stops waiting (or the
+kept below half the server's deadlock_timeout, so in any cycle it is the one that stops waiting (or the
 deadlock victim, having waited first), rolls back having changed nothing, and reports the group
 busy; the loop tries the step again shortly (dispatch.maintenance).
 
@@ -273,7 +273,7 @@ def ddl(group: str | None, *, also: tuple = ()):
         raise
 
 
-def _short(cur, sql, params=None) -> None:
+def _short(sql, params=None) -> None:
     """One statement of DDL outside the locked transaction (staging, cleaning up) that takes a lock
     on the tables the foreign keys point at (SHARE ROW EXCLUSIVE to add a foreign key, ACCESS
     EXCLUSIVE to drop a table carrying one): under the lock timeout too, so that a request of
@@ -286,12 +286,11 @@ def _short(cur, sql, params=None) -> None:
 def _drop_quietly(names) -> None:
     """Drop what a swap that gave way had staged; whatever is still locked is left for the next
     attempt, whose staging drops it first."""
-    with connection.cursor() as cur:
-        for name in names:
-            try:
-                _short(cur, f"DROP TABLE IF EXISTS {q(name)}")
-            except PartitionLockBusy:
-                pass
+    for name in names:
+        try:
+            _short(f"DROP TABLE IF EXISTS {q(name)}")
+        except PartitionLockBusy:
+            pass
 
 
 def _bound(v: datetime | None, minmax: str) -> str:
@@ -545,7 +544,7 @@ def _stage_table(cur, table: str, stage: str, upper: datetime) -> None:
     """An empty table shaped like `table`'s partitions (same columns, indexes and checks), with the
     bound of its future place as a CHECK (so attaching it needs no scan)."""
     key = KEY[table]
-    _short(cur, f"DROP TABLE IF EXISTS {q(stage)}")  # a leftover carries foreign keys: see _short
+    _short(f"DROP TABLE IF EXISTS {q(stage)}")  # a leftover carries foreign keys: see _short
     _exec(cur, f"CREATE TABLE {q(stage)} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)")
     _exec(cur, f"ALTER TABLE {q(stage)} ADD CONSTRAINT {q(stage + '_bound')} CHECK ({key} < %s)", [upper])
 
@@ -555,7 +554,7 @@ def _add_foreign_keys(cur, stage: str, table: str) -> None:
     it is still detached (VALIDATE blocks no writer of the referenced tables), so that attaching it
     finds them in place and validates nothing under the lock."""
     for column, ref in FOREIGN_KEYS[table]:
-        _short(cur, f"ALTER TABLE {q(stage)} ADD CONSTRAINT {q(f'{stage}_{column}_fk')} FOREIGN KEY ({column}) "
+        _short(f"ALTER TABLE {q(stage)} ADD CONSTRAINT {q(f'{stage}_{column}_fk')} FOREIGN KEY ({column}) "
                    f"REFERENCES {ref} (id) DEFERRABLE INITIALLY DEFERRED NOT VALID")
         _exec(cur, f"ALTER TABLE {q(stage)} VALIDATE CONSTRAINT {q(f'{stage}_{column}_fk')}")
 
