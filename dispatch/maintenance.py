@@ -6,6 +6,8 @@ advisory lock on PostgreSQL).
 
 Each step does at most one partition removal and one batch per tenant rule, then reports whether
 more is due, so the runner's shutdown and failure handling apply between units as in every loop.
+A part whose locks were not granted in time (the tables were busy; runs.partitions, "Lock order")
+changed nothing and is tried again after BUSY_RETRY_SECONDS; it never fails the step.
 """
 
 import logging
@@ -17,7 +19,7 @@ from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.maintain")
 
-# After the tables' lock was not granted in time (a long reader was in the way), try again this soon.
+# After a part's locks were not granted in time (a long reader was in the way), try again this soon.
 BUSY_RETRY_SECONDS = 5.0
 
 
@@ -40,21 +42,27 @@ class Maintenance:
             return self.last.more
         if not partitions.try_advisory_lock():
             return False  # another copy is at it
+        busy = []
         try:
             now = db_now()
+            # Three independent parts, each of short transactions that give way to dispatch when
+            # their locks are not granted in time (runs.partitions, "Lock order"): one that gave
+            # way does not hold back the others (when making partitions ahead was refused all
+            # along on a loaded host, nothing was removed either and the disk grew).
             try:
                 made = s.history_ensure_partitions(now)
                 if made and made.created:
                     log.info("partitions made ahead: %s", ", ".join(made.created))
             except partitions.PartitionLockBusy:
-                self.busy = True
-                log.info("making partitions ahead: the tables were busy; trying again in %.0f s", BUSY_RETRY_SECONDS)
-                return False
+                busy.append("making partitions ahead")
             s.history_seal_partitions(now)
             self.last = retention.run_pass(now=now, export_dir=self.export_dir)
+            busy += [f"removing {g} history" for g in self.last.busy]
         finally:
             partitions.advisory_unlock()
-        self.busy = bool(self.last.busy)
+        self.busy = bool(busy)
+        if busy:
+            log.info("%s: the tables were busy; trying again in %.0f s", ", ".join(busy), BUSY_RETRY_SECONDS)
         if self.last.held_back:
             for name, survivors, limit in self.last.held_back:
                 log.warning("retention held back: %s would keep %d rows (limit %s)", name, survivors, limit)

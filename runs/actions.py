@@ -284,9 +284,16 @@ def edit_schedule(schedule, *, expected_version: int, changes: dict, enabled: bo
     if owner is not UNSET:
         _set_owner(schedule, owner, by=by)
     if real:
+        # Cancel first, then read the clock the new version starts from. A worker may claim an
+        # old version's run meanwhile (claims do not take the schedule's lock): once the cancel
+        # has gone through, every old run left is one claimed at or after its instant, so none
+        # is after `now`. With the clock read first, a run claimed between the two, for an
+        # instant after that reading, was made again by the new version: two deliveries (found
+        # by bench/soak.py; tests/core/test_an_edit_racing_a_claim_makes_one_run_per_instant.py).
+        cancel_unstarted(schedule.id, reason=Reason.SUPERSEDED, versions_below=schedule.version + 1)
+        now = db_now()
         _record_unmaterialised(schedule, now=now, reason=Reason.SUPERSEDED)
         write_new_version(schedule, real, by=by, now=now)
-        cancel_unstarted(schedule.id, reason=Reason.SUPERSEDED, versions_below=schedule.version)
     if enabled is False and schedule.enabled:
         _pause(schedule, by=by, now=now)
     elif enabled is True and not schedule.enabled:

@@ -17,7 +17,8 @@ DEFAULTS = {
     # Partitions exist at least this far beyond now (besides one partition width); the scanner's
     # look-ahead never makes runs further ahead than SCHEDULER_LOOKAHEAD_SECONDS.
     "SCHEDULER_PARTITION_AHEAD_SECONDS": (int, 3_600),
-    # How long partition DDL waits for the tables' lock before giving up until the next pass.
+    # How long partition DDL waits for the tables' lock before giving up until the next pass (at most
+    # half of PostgreSQL's deadlock_timeout: runs.partitions, "Lock order").
     "SCHEDULER_PARTITION_LOCK_TIMEOUT_MS": (int, 200),
     # Succeeded, canceled and skipped runs are kept this many days after their scheduled time.
     "SCHEDULER_RETENTION_DAYS": (float, 14.0),

@@ -25,6 +25,19 @@ milliseconds (detach and attach of catalog entries) under a short `lock_timeout`
 not granted in time the step gives up and the next pass tries again, so a long reader never makes
 dispatch queue up behind maintenance for longer than that timeout.
 
+Lock order (`ddl`): every lock a DDL transaction needs is taken by its first statements, before
+any work, and nothing after them waits. Besides the group's tables that includes the tables the
+partitions' foreign keys point at (REFERENCED): detaching or creating a partition takes SHARE ROW
+EXCLUSIVE on them, attaching a staged table or dropping a detached one ACCESS EXCLUSIVE (their own
+foreign-key triggers go). Taken where the DDL statement came, after the group's tables, they closed
+a cycle with the scanner (which holds its schedules, then reads runs) and with portal reads: the
+soak saw scanner passes and web requests fail with `deadlock detected`. No order fits every hot
+path (the scanner takes schedules before runs, a claim runs before versions and tenants), so
+maintenance gives way instead: its waits are all in those first statements, under a lock timeout
+kept below half the server's deadlock_timeout, so in any cycle it is the one that stops waiting (or the
+deadlock victim, having waited first), rolls back having changed nothing, and reports the group
+busy; the loop tries the step again shortly (dispatch.maintenance).
+
 Only one maintenance process does DDL at a time (a PostgreSQL advisory lock).
 """
 
@@ -32,11 +45,12 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from runs.history_settings import get as setting
 
@@ -109,8 +123,18 @@ def partition_name(table: str, lower: datetime) -> str:
     return f"{table}_p{lower.astimezone(timezone.utc):%Y%m%dt%H%M%S}"
 
 
+# The tables the partitions' foreign keys point at (FOREIGN_KEYS), in the order they are locked:
+# the scanner's (its schedules with their versions, then runs, then the tenants).
+REFERENCED = ("schedules_schedule", "schedules_scheduleversion", "schedules_tenant")
+
+
 def lock_timeout_sql() -> str:
-    return "SET LOCAL lock_timeout = '%dms'" % int(setting("SCHEDULER_PARTITION_LOCK_TIMEOUT_MS"))
+    """This transaction's lock timeout: the setting, but below half the server's deadlock_timeout,
+    so that in a lock cycle with a hot statement maintenance stops waiting before the other side's
+    deadlock check runs (that side would be the one rolled back)."""
+    return ("SELECT set_config('lock_timeout', LEAST(%d, extract(epoch FROM "
+            "current_setting('deadlock_timeout')::interval) * 500)::int || 'ms', true)"
+            % int(setting("SCHEDULER_PARTITION_LOCK_TIMEOUT_MS")))
 
 
 def q(name: str) -> str:
@@ -208,15 +232,65 @@ def _checks_deferred(cur) -> None:
     _exec(cur, "SET CONSTRAINTS ALL DEFERRED")
 
 
-def _lock_group(cur, group: str) -> None:
-    _checks_now(cur)
-    _exec(cur, lock_timeout_sql())
+# SQLSTATEs of a lock not granted: lock_timeout fired (55P03), chosen as a deadlock's victim (40P01).
+LOCK_NOT_GRANTED = frozenset({"55P03", "40P01"})
+
+
+def lock_not_granted(exc: BaseException) -> bool:
+    return getattr(getattr(exc, "__cause__", None), "sqlstate", None) in LOCK_NOT_GRANTED
+
+
+def referenced(group: str) -> tuple:
+    """The tables the group's partitions point at, in REFERENCED order."""
+    refs = {ref for t in GROUPS[group] for _, ref in FOREIGN_KEYS[t]}
+    return tuple(t for t in REFERENCED if t in refs)
+
+
+@contextmanager
+def ddl(group: str | None, *, also: tuple = ()):
+    """A transaction of partition DDL that takes every lock it needs first, under the lock timeout:
+    the tables `group`'s partitions point at, then the group's tables (with their partitions), all
+    ACCESS EXCLUSIVE (attaching a table that carries its own foreign keys, which a detached
+    partition and a staged one do, takes that on the tables they point at), then `also` (single
+    partitions, SHARE ROW EXCLUSIVE). A lock not granted in time, or a deadlock, anywhere in the
+    transaction rolls it back and raises PartitionLockBusy: nothing changed, try again."""
     try:
-        _exec(cur, "LOCK TABLE " + ", ".join(GROUPS[group]) + " IN ACCESS EXCLUSIVE MODE")
-    except Exception as exc:  # LockNotAvailable: lock_timeout fired
-        if getattr(getattr(exc, "__cause__", None), "sqlstate", None) == "55P03" or "lock timeout" in str(exc):
-            raise PartitionLockBusy(f"could not lock {group} within the lock timeout") from exc
+        with transaction.atomic(), connection.cursor() as cur:
+            if group is not None or also:
+                _checks_now(cur)
+            _exec(cur, lock_timeout_sql())
+            if group is not None:
+                refs = referenced(group)
+                if refs:
+                    _exec(cur, f"LOCK TABLE {', '.join(refs)} IN ACCESS EXCLUSIVE MODE")
+                _exec(cur, "LOCK TABLE " + ", ".join(GROUPS[group]) + " IN ACCESS EXCLUSIVE MODE")
+            if also:
+                _exec(cur, "LOCK TABLE " + ", ".join(q(t) for t in also) + " IN SHARE ROW EXCLUSIVE MODE")
+            yield cur
+    except DatabaseError as exc:
+        if lock_not_granted(exc):
+            raise PartitionLockBusy(f"could not lock {group or ', '.join(also)} within the lock timeout") from exc
         raise
+
+
+def _short(sql, params=None) -> None:
+    """One statement of DDL outside the locked transaction (staging, cleaning up) that takes a lock
+    on the tables the foreign keys point at (SHARE ROW EXCLUSIVE to add a foreign key, ACCESS
+    EXCLUSIVE to drop a table carrying one): under the lock timeout too, so that a request of
+    maintenance queued behind a long reader never holds every later reader and writer of those
+    tables behind it. Raises PartitionLockBusy when the lock is not granted in time."""
+    with ddl(None) as c:
+        _exec(c, sql, params)
+
+
+def _drop_quietly(names) -> None:
+    """Drop what a swap that gave way had staged; whatever is still locked is left for the next
+    attempt, whose staging drops it first."""
+    for name in names:
+        try:
+            _short(f"DROP TABLE IF EXISTS {q(name)}")
+        except PartitionLockBusy:
+            pass
 
 
 def _bound(v: datetime | None, minmax: str) -> str:
@@ -312,8 +386,7 @@ def ensure_ahead(now: datetime, *, until: datetime | None = None) -> EnsureResul
             hi = align(lo) + width()
             bounds.append((lo, hi))
             lo = hi
-        with transaction.atomic(), connection.cursor() as cur:
-            _lock_group(cur, group)
+        with ddl(group) as cur:
             for t in tables:
                 fut = future[t].name
                 _exec(cur, f"ALTER TABLE {t} DETACH PARTITION {q(fut)}")
@@ -341,8 +414,7 @@ def extend_back(start: datetime) -> list[str]:
     start = align(start)
     made = []
     for group, tables in GROUPS.items():
-        with transaction.atomic(), connection.cursor() as cur:
-            _lock_group(cur, group)
+        with ddl(group) as cur:
             for t in tables:
                 kept, oldest = _kept_and_oldest(t)
                 top = oldest.lower if oldest else kept.upper
@@ -402,24 +474,21 @@ def seal_quiet_partitions(now: datetime) -> list[str]:
     for p in parts:
         if p.sealed or p.role == Role.FUTURE or (p.upper is not None and p.upper > current):
             continue
+        # Each under the lock timeout; a partition whose lock is not granted is sealed on a later pass.
         try:
-            with transaction.atomic(), connection.cursor() as cur:
-                _checks_now(cur)
-                _exec(cur, lock_timeout_sql())
+            with ddl(None, also=(p.name,)) as cur:
                 ensure_unseal_function(cur)
                 _exec(cur, f"CREATE OR REPLACE TRIGGER {UNSEAL_TRIGGER} AFTER INSERT OR UPDATE OF state ON {q(p.name)} "
                            f"FOR EACH ROW WHEN (NEW.state IN ('ready', 'leased')) EXECUTE FUNCTION {UNSEAL_FUNCTION}()")
                 _checks_deferred(cur)
-        except Exception as exc:
-            if "lock timeout" in str(exc):
-                continue
-            raise
-        with transaction.atomic(), connection.cursor() as cur:
-            _exec(cur, "UPDATE runs_historypartition SET sealed = true WHERE name = %s", [p.name])
-            _exec(cur, _LIVE_IN.format(p=q(p.name)))
-            if cur.fetchone()[0]:
-                transaction.set_rollback(True)
-                continue
+            with ddl(None) as cur:
+                _exec(cur, "UPDATE runs_historypartition SET sealed = true WHERE name = %s", [p.name])
+                _exec(cur, _LIVE_IN.format(p=q(p.name)))
+                if cur.fetchone()[0]:
+                    transaction.set_rollback(True)
+                    continue
+        except PartitionLockBusy:
+            continue
         sealed.append(p.name)
     return sealed
 
@@ -475,7 +544,7 @@ def _stage_table(cur, table: str, stage: str, upper: datetime) -> None:
     """An empty table shaped like `table`'s partitions (same columns, indexes and checks), with the
     bound of its future place as a CHECK (so attaching it needs no scan)."""
     key = KEY[table]
-    _exec(cur, f"DROP TABLE IF EXISTS {q(stage)}")
+    _short(f"DROP TABLE IF EXISTS {q(stage)}")  # a leftover carries foreign keys: see _short
     _exec(cur, f"CREATE TABLE {q(stage)} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)")
     _exec(cur, f"ALTER TABLE {q(stage)} ADD CONSTRAINT {q(stage + '_bound')} CHECK ({key} < %s)", [upper])
 
@@ -485,7 +554,7 @@ def _add_foreign_keys(cur, stage: str, table: str) -> None:
     it is still detached (VALIDATE blocks no writer of the referenced tables), so that attaching it
     finds them in place and validates nothing under the lock."""
     for column, ref in FOREIGN_KEYS[table]:
-        _exec(cur, f"ALTER TABLE {q(stage)} ADD CONSTRAINT {q(f'{stage}_{column}_fk')} FOREIGN KEY ({column}) "
+        _short(f"ALTER TABLE {q(stage)} ADD CONSTRAINT {q(f'{stage}_{column}_fk')} FOREIGN KEY ({column}) "
                    f"REFERENCES {ref} (id) DEFERRABLE INITIALLY DEFERRED NOT VALID")
         _exec(cur, f"ALTER TABLE {q(stage)} VALIDATE CONSTRAINT {q(f'{stage}_{column}_fk')}")
 
@@ -531,6 +600,15 @@ def swap(plan: SwapPlan, *, now: datetime, export=None, record=None) -> SwapResu
     stage = {t: _next_kept_name(t, kept[t].name) for t in tables}
     sources = {t: tuple(x.name for x in (kept[t], oldest[t]) if x is not None) for t in tables}
 
+    try:
+        return _swap(plan, group, tables, runs_table, sources, stage, res, now=now, export=export, record=record)
+    except PartitionLockBusy:
+        # Nothing changed: the lock phase rolled back whole, and staging touches only its own tables.
+        _drop_quietly([*stage.values(), "history_swap_ids"])
+        return None
+
+
+def _swap(plan, group, tables, runs_table, sources, stage, res, *, now, export, record) -> SwapResult:
     # 1. stage
     t0 = time.monotonic()
     staged_at = now
@@ -569,52 +647,44 @@ def swap(plan: SwapPlan, *, now: datetime, export=None, record=None) -> SwapResu
     if export is not None:
         res.exported = export(group, sources, stage)
 
-    # 3. swap under the lock
-    try:
-        with transaction.atomic(), connection.cursor() as cur:
-            t1 = time.monotonic()
-            _lock_group(cur, group)
-            changed = "history_swap_changed"
-            _exec(cur, f"DROP TABLE IF EXISTS {changed}")
-            _exec(cur, f"CREATE TEMP TABLE {changed} ON COMMIT DROP AS SELECT id FROM {ids} WHERE live")
-            for src in sources[runs_table]:
-                _exec(cur, f"INSERT INTO {changed} {plan.changed.format(src=q(src))}", {**plan.params, "staged_at": staged_at})
-            # Statistics of the few changed ids, so that every statement below finds their rows by
-            # key instead of reading every survivor while the tables are locked (with 60,000
-            # survivors the lock was held 500-1,200 ms, nearly all of it those reads).
-            _exec(cur, f"ANALYZE {changed}")
-            _exec(cur, f"DELETE FROM {ids} WHERE id IN (SELECT id FROM {changed})")
-            _uncopy(cur, group, stage, changed)
-            only = f" AND id IN (SELECT id FROM {changed})"
-            for src in sources[runs_table]:
-                _exec(cur, f"INSERT INTO {ids} (id, live) SELECT id, bool_or(live) FROM "
-                           f"({plan.survivors.format(src=q(src), only=only)}) s GROUP BY id ON CONFLICT (id) DO NOTHING",
-                           plan.params)
-            _copy_survivors(cur, group, sources, stage, cols, ids, only=changed)
-            for t in tables:
-                for src in sources[t]:
-                    _exec(cur, f"ALTER TABLE {t} DETACH PARTITION {q(src)}")
-                _exec(cur, f"ALTER TABLE {t} ATTACH PARTITION {q(stage[t])} FOR VALUES FROM (MINVALUE) TO ({_bound(plan.upper, '')})")
-                for src in sources[t]:
-                    _exec(cur, f"DROP TABLE {q(src)}")
-                name_child_indexes(cur, stage[t])
-                cur.execute(f"SELECT count(*) FROM {q(stage[t])}")
-                res.kept[t] = cur.fetchone()[0]
-                res.kept_name[t] = stage[t]
-            _exec(cur, f"DROP TABLE {ids}")
-            _exec(cur, f"DROP TABLE {changed}")
-            for t in tables:
-                sync_catalog(t)
-            _checks_deferred(cur)
-            res.lock_ms = (time.monotonic() - t1) * 1000
-            if record is not None:
-                record(res)
-    except PartitionLockBusy:
-        with connection.cursor() as cur:
-            for t in tables:
-                _exec(cur, f"DROP TABLE IF EXISTS {q(stage[t])}")
-            _exec(cur, "DROP TABLE IF EXISTS history_swap_ids")
-        return None
+    # 3. swap under the lock: every lock first (ddl), so nothing below waits for one
+    t1 = time.monotonic()
+    with ddl(group) as cur:
+        changed = "history_swap_changed"
+        _exec(cur, f"DROP TABLE IF EXISTS {changed}")
+        _exec(cur, f"CREATE TEMP TABLE {changed} ON COMMIT DROP AS SELECT id FROM {ids} WHERE live")
+        for src in sources[runs_table]:
+            _exec(cur, f"INSERT INTO {changed} {plan.changed.format(src=q(src))}", {**plan.params, "staged_at": staged_at})
+        # Statistics of the few changed ids, so that every statement below finds their rows by
+        # key instead of reading every survivor while the tables are locked (with 60,000
+        # survivors the lock was held 500-1,200 ms, nearly all of it those reads).
+        _exec(cur, f"ANALYZE {changed}")
+        _exec(cur, f"DELETE FROM {ids} WHERE id IN (SELECT id FROM {changed})")
+        _uncopy(cur, group, stage, changed)
+        only = f" AND id IN (SELECT id FROM {changed})"
+        for src in sources[runs_table]:
+            _exec(cur, f"INSERT INTO {ids} (id, live) SELECT id, bool_or(live) FROM "
+                       f"({plan.survivors.format(src=q(src), only=only)}) s GROUP BY id ON CONFLICT (id) DO NOTHING",
+                       plan.params)
+        _copy_survivors(cur, group, sources, stage, cols, ids, only=changed)
+        for t in tables:
+            for src in sources[t]:
+                _exec(cur, f"ALTER TABLE {t} DETACH PARTITION {q(src)}")
+            _exec(cur, f"ALTER TABLE {t} ATTACH PARTITION {q(stage[t])} FOR VALUES FROM (MINVALUE) TO ({_bound(plan.upper, '')})")
+            for src in sources[t]:
+                _exec(cur, f"DROP TABLE {q(src)}")
+            name_child_indexes(cur, stage[t])
+            cur.execute(f"SELECT count(*) FROM {q(stage[t])}")
+            res.kept[t] = cur.fetchone()[0]
+            res.kept_name[t] = stage[t]
+        _exec(cur, f"DROP TABLE {ids}")
+        _exec(cur, f"DROP TABLE {changed}")
+        for t in tables:
+            sync_catalog(t)
+        _checks_deferred(cur)
+        res.lock_ms = (time.monotonic() - t1) * 1000
+        if record is not None:
+            record(res)
     return res
 
 
