@@ -171,7 +171,7 @@ def test_a_scanner_pass_holding_its_schedules_is_not_deadlocked_by_a_removal(ten
     # new ones: stopped in between.
     s = make_schedule(tenant, target.url + "/due")
     make_due(s)
-    hold = Hold(monkeypatch, "active_runs", after=False)
+    hold = Hold(monkeypatch, "run_active_per_schedule", after=False)
     seen = maintain_beside(Thread(lambda: drain(scan_step)), hold)
     assert Run.objects.filter(schedule=s).count() == 1
     check_after(history, seen)
@@ -184,7 +184,7 @@ def test_a_completion_holding_its_runs_is_not_deadlocked_by_a_removal(tenant, ta
     make_due(s)
     drain(scan_step)
     (c,) = [c for c in queue.claim("w-1", 100) if c.schedule_id == s.id]
-    hold = Hold(monkeypatch, "complete", after=True)
+    hold = Hold(monkeypatch, "run_complete", after=True)
     seen = maintain_beside(Thread(lambda: queue.complete([queue.Result(claimed=c, outcome="succeeded",
                                                                        http_status=200)])), hold)
     assert Run.objects.get(id=c.run_id).state == "succeeded"
