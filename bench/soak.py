@@ -37,7 +37,8 @@ cut off from the database and the target for twice its lease, the spike, kill -9
 fault waits for synchronous replication first (the failover promise's precondition).
 
 Counted (docs/failure-model.md defines them; tests/faults/harness.py counts the same way):
-- reconciliation, window by window while the run goes on (before retention drops the partitions):
+- reconciliation, window by window while the run goes on (before retention drops the partitions;
+  `maintain` is stopped with the steady load, so the drain's last windows stay until they are read):
   every instant each firing schedule's rule was due (the rule engine, schedules.services.rule_for)
   against the runs made: lost = an instant with no run, or a run not terminal once all is quiet;
   duplicate runs = two runs for one (schedule, instant), leaving out a run an edit canceled before

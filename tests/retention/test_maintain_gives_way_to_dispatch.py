@@ -209,3 +209,16 @@ def test_a_reader_of_runs_then_their_occurrences_is_not_deadlocked_by_a_removal(
     runs, occurrences = hot.result
     assert len(runs) == len(occurrences) == 1
     check_after(history, seen)
+
+
+def test_its_lock_timeout_stays_below_half_the_servers_deadlock_timeout(settings):
+    # Longer, and a hot path waiting on maintenance in a cycle would run its deadlock check first
+    # and be the one rolled back.
+    with connection.cursor() as cur:
+        cur.execute("SELECT extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000")
+        half = int(cur.fetchone()[0] / 2)
+    for asked, got in ((half * 10, half), (half // 2, half // 2)):
+        settings.SCHEDULER_PARTITION_LOCK_TIMEOUT_MS = asked
+        with partitions.ddl(None) as cur:
+            cur.execute("SELECT current_setting('lock_timeout')")
+            assert cur.fetchone()[0] == f"{got}ms"
