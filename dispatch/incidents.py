@@ -59,7 +59,6 @@ PROBE_BATCH = 500
 PROBE_SECONDS = 5.0
 IDLE_SECONDS = 2.0
 DEAD_WINDOW = timedelta(hours=1)
-LOOKUP_CHUNK = 200
 
 
 @dataclass(frozen=True)
@@ -97,16 +96,6 @@ SUMMARIES = {
     IncidentRule.START_LAG: "runs of {name} started {n:.0f} s late",
     IncidentRule.DLQ_GROWTH: "{n} runs of tenant {name} went dead in the last hour",
 }
-
-
-def chunks(keys, size: int | None = None):
-    """Keys in lists of at most `size`. Rows are read by key a chunk at a time: given a whole
-    batch's keys in one IN list, PostgreSQL reads a table it judges small enough in full instead
-    (the day's run partition, or the schedules, every pass), a cost that grows with the table
-    until it is large enough for the planner to change its mind."""
-    keys, size = list(keys), size or LOOKUP_CHUNK
-    for i in range(0, len(keys), size):
-        yield keys[i:i + size]
 
 
 def _iso(dt: datetime | None) -> str | None:
@@ -175,10 +164,9 @@ class Pass:
         self.dead_by_tenant: dict = defaultdict(int)
 
     def load(self, schedule_ids: set, tenant_ids: set) -> None:
-        for ids in chunks(schedule_ids):
-            for row in Schedule.objects.filter(id__in=ids).order_by().values("id", "tenant_id", "owner_id", "name"):
-                self.schedules[row["id"]] = row
-                tenant_ids.add(row["tenant_id"])
+        for row in Schedule.objects.filter(id__in=schedule_ids).values("id", "tenant_id", "owner_id", "name"):
+            self.schedules[row["id"]] = row
+            tenant_ids.add(row["tenant_id"])
         for row in Tenant.objects.filter(id__in=tenant_ids).values("id", "slug", "default_owner_id"):
             self.tenants[row["id"]] = row
         for p in IncidentPolicy.objects.filter(tenant_id__in=tenant_ids, schedule__isnull=True):
@@ -262,8 +250,8 @@ def apply_events(p: Pass, events: list) -> set:
     """Apply events (id, run_id, tenant_id, kind, payload, created_at) in order; returns the
     schedule ids they touched."""
     run_ids = {e[1] for e in events if e[1] and e[3] in READ}
-    runs = {r[0]: r for ids in chunks(run_ids)
-            for r in Run.objects.filter(id__in=ids).values_list("id", "schedule_id", "scheduled_time", "kind")}
+    runs = {r[0]: r for r in Run.objects.filter(id__in=run_ids).values_list("id", "schedule_id", "scheduled_time",
+                                                                             "kind")}
     sids = {r[1] for r in runs.values()}
     p.load(sids, {e[2] for e in events if e[3] in READ})
     for _, run_id, tid, kind, payload, created_at in events:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from dispatch import incidents, signing
+from dispatch import signing
 from dispatch.incidents import IncidentEvaluator, acknowledge_incident, resolve_incident
 from dispatch.loops import drain, reconcile_step, scan_step
 from dispatch.models import Incident, IncidentPolicy, IncidentRule, Notification
@@ -219,24 +219,3 @@ def test_dlq_growth_opens_one_tenant_incident(world):
     assert inc.rule == IncidentRule.DLQ_GROWTH and inc.schedule_id is None and inc.occurrences == 3
     assert inc.owner_id == world.owner.id
     assert len(world.hooks()) == 1
-
-
-def test_a_pass_reads_runs_and_schedules_by_key_a_chunk_at_a_time_and_misses_none(world, monkeypatch):
-    # Lookups by key go a chunk at a time (a long IN list is read as a whole-table scan on
-    # PostgreSQL): every chunk's rows must reach the evaluation, none twice.
-    monkeypatch.setattr(incidents, "LOOKUP_CHUNK", 2)
-    schedules = [world.schedule(name=f"job-{i}", max_attempts=3) for i in range(5)]
-    for s in schedules:
-        world.due(s)
-    for _ in range(3):
-        Run.objects.filter(state=RunState.READY, generation__gt=0).update(
-            next_eligible_at=db_now() - timedelta(seconds=1))
-        run_worker("w-test", once=True, poll_seconds=0)
-    assert Run.objects.filter(state=RunState.DEAD).count() == 5
-    world.evaluate()  # one pass over the fifteen failures of five runs of five schedules
-    incs = list(Incident.objects.all())
-    assert sorted(i.schedule_id for i in incs) == sorted(s.id for s in schedules)
-    assert {(i.rule, i.occurrences, i.owner_id) for i in incs} == {
-        (IncidentRule.CONSECUTIVE_FAILURES, 3, world.owner.id)}
-    assert sorted(json.loads(h["body"])["incident"]["scheduleId"] for h in world.hooks()) == sorted(
-        str(s.id) for s in schedules)
