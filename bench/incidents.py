@@ -3,7 +3,7 @@ schedule count grows, whether it keeps up with a fleet dispatching 1,000,000 run
 whether it ever holds up claiming or completing runs.
 
     .venv/bin/python bench/incidents.py [--sizes 100000,1000000,10000000] [--runs 20000]
-        [--rounds 3] [--threads 3] [--reuse]
+        [--rounds 2] [--threads 3] [--reuse]
 
 Loaded: one tenant with `--owners` owners (webhook channels: the incidents write notifications),
 and its schedules in steps up to each of `--sizes` (bench.common.load_schedules_bulk: the rows
@@ -21,9 +21,9 @@ At each size:
     attempts, then run.dead), so failure streaks grow, incidents open once a schedule has failed
     SCHEDULER_INCIDENT_FAILURES times and are added to afterwards. Events in the order a live
     fleet writes them. Printed: one full step (BATCH events) in time, SQL statements and rows
-    read (pg_stat_database tup_returned + tup_fetched of the bench database around the step,
-    i.e. every row PostgreSQL looked at for it), the median of `--passes`; the missed-start
-    probe over PROBE_BATCH ready runs past their grace.
+    read per table (pg_stat_user_tables: tuples read by sequential scans + fetched through
+    indexes, around the step, this backend's counts flushed first), the median of `--passes`;
+    the missed-start probe over PROBE_BATCH ready runs past their grace.
 (b) events evaluated per second (BATCH / median step) against the arrival rate of that fleet's
     events at 1,000,000 runs an hour (events per run of the mix x 277.8 runs/s): the ratio.
 (c) at the largest size (or every size with --interfere-all): `--threads` threads claim and
