@@ -718,3 +718,143 @@ def ensure_out_dir() -> Path:
     out = BENCH / "out"
     out.mkdir(exist_ok=True)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# the bulk loader: ten million schedules
+
+
+def _bulk_tables_ddl(tables: tuple) -> tuple[list, list, list]:
+    """What load_schedules_bulk drops and makes again on `tables`: (foreign keys on or into them,
+    their primary/unique constraints, their other indexes), each as (table, name, definition).
+    Only top-level constraints: a partitioned table's own foreign key brings its partitions'."""
+    oids = "(" + ", ".join(f"'{t}'::regclass" for t in tables) + ")"
+    cons = sql(
+        f"SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), contype FROM pg_constraint "
+        f"WHERE conparentid = 0 AND contype IN ('f', 'p', 'u') "
+        f"AND (conrelid IN {oids} OR (contype = 'f' AND confrelid IN {oids})) ORDER BY contype, conname")
+    fks = [(t, n, d) for t, n, d, k in cons if k == "f"]
+    keys = [(t, n, d) for t, n, d, k in cons if k in ("p", "u")]
+    idx = sql(
+        f"SELECT i.indrelid::regclass::text, c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+        f"JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid IN {oids} "
+        f"AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid AND k.contype IN ('p', 'u')) "
+        f"ORDER BY c.relname")
+    return fks, keys, idx
+
+
+def load_schedules_bulk(
+    tag: str,
+    tenant: Tenant,
+    count: int,
+    *,
+    target_url: str,
+    first: int = 1,
+    owner_ids: list | None = None,
+    rate_hours: int = 10,
+    chunk: int = 1_000_000,
+    log=print,
+) -> dict:
+    """Schedules n = first .. first + count - 1 of `tag` (ids uid(tag, 's') of n, version rows
+    at version 1, Schedule.current set), as fast as PostgreSQL can write them: the two tables'
+    indexes, keys and foreign keys (also those pointing into them) are dropped, the rows written
+    by INSERT ... SELECT FROM generate_series in chunks of `chunk` (one statement and transaction
+    each), then the keys and indexes are built (maintenance_work_mem raised for the session) and
+    every foreign key added and validated again. Call it on a bench database nothing else uses.
+
+    The rows are what `create_schedule` makes for `rate(<rate_hours> hours)` created at
+    `anchor_at` = created_at, spread over the last `rate_hours` (one schedule a second of it in
+    turn): next_run_at is anchor_at + rate_hours, within the next `rate_hours`, so the fleet
+    comes due at count / rate_hours runs an hour. With `owner_ids`, schedule n belongs to
+    owner_ids[n mod len]. Version ids are vbase + n. Returns timings (seconds) per phase and the
+    version base."""
+    from django.db import connection
+
+    from schedules.models import Schedule, ScheduleVersion
+
+    t_all = time.perf_counter()
+    vbase = _next_version_id() - first
+    period = rate_hours * 3600
+    sql("SET maintenance_work_mem = '1GB'", fetch=False)
+    sql("SET synchronous_commit = off", fetch=False)  # a bench database; each chunk commits
+    tables = (Schedule._meta.db_table, ScheduleVersion._meta.db_table)
+    fks, keys, idx = _bulk_tables_ddl(tables)
+    t = time.perf_counter()
+    for table, name, _ in fks + keys:
+        sql(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"', fetch=False)
+    for _, name, _ in idx:
+        sql(f'DROP INDEX "{name}"', fetch=False)
+    timings = {"drop": time.perf_counter() - t}
+    owners = None
+    if owner_ids:
+        owners = "'{" + ",".join(str(o) for o in owner_ids) + "}'::uuid[]"
+    # k is the schedule's number; every expression is over k (n counts within the chunk).
+    with connection.cursor() as cur:
+        cur.execute("SELECT date_trunc('second', statement_timestamp())")
+        now = cur.fetchone()[0]
+    anchor = f"'{now.isoformat()}'::timestamptz - make_interval(secs => mod({{k}}, {period}))"
+    t_ins = {"schedules": 0.0, "versions": 0.0}
+    done = 0
+    while done < count:
+        size = min(chunk, count - done)
+        off = first - 1 + done
+        k = f"(n + {off})"
+
+        def over_k(expr: str) -> str:
+            return expr.replace("{k}", k)
+
+        t = time.perf_counter()
+        insert_series(
+            Schedule, size,
+            exprs={
+                "id": over_k(f"md5('{tag}:s:' || {{k}})::uuid"),
+                "tenant_id": f"'{tenant.id}'",
+                "current_id": over_k(f"{vbase} + {{k}}"),
+                "owner_id": over_k(f"({owners})[1 + mod({{k}}, {len(owner_ids)})]") if owners else "NULL",
+                "anchor_at": over_k(anchor),
+                "created_at": over_k(anchor),
+                "updated_at": over_k(anchor),
+                "next_run_at": over_k(anchor) + f" + interval '{rate_hours} hours'",
+                "shard": over_k("mod({k}, 4096)"),
+                "name": over_k(f"'{tag}-' || {{k}}"),
+            },
+            values={"enabled": True, "status": "active", "version": 1},
+        )
+        t_ins["schedules"] += time.perf_counter() - t
+        t = time.perf_counter()
+        insert_series(
+            ScheduleVersion, size,
+            exprs={
+                "id": over_k(f"{vbase} + {{k}}"),
+                "schedule_id": over_k(f"md5('{tag}:s:' || {{k}})::uuid"),
+                "name": over_k(f"'{tag}-' || {{k}}"),
+                "created_at": over_k(anchor),
+            },
+            values={
+                "version": 1, "expression": f"rate({rate_hours} hours)", "time_zone": "UTC",
+                "target_url": target_url, "payload": {"bench": tag}, "created_by": "bench",
+            },
+        )
+        t_ins["versions"] += time.perf_counter() - t
+        done += size
+        log(f"    bulk: {first - 1 + done:,} schedules written ({time.perf_counter() - t_all:.0f}s)")
+    timings.update({f"insert {k}": v for k, v in t_ins.items()})
+    t = time.perf_counter()
+    for table, name, definition in keys:
+        sql(f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}', fetch=False)
+    for _, _, definition in idx:
+        sql(definition, fetch=False)
+    timings["keys and indexes"] = time.perf_counter() - t
+    t = time.perf_counter()
+    for table, name, definition in fks:
+        sql(f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}', fetch=False)
+    timings["foreign keys (validated)"] = time.perf_counter() - t
+    sql("SELECT setval(pg_get_serial_sequence('schedules_scheduleversion', 'id'), "
+        "(SELECT max(id) FROM schedules_scheduleversion))")
+    t = time.perf_counter()
+    vacuum_analyze(*tables)
+    timings["vacuum analyze"] = time.perf_counter() - t
+    sql("RESET maintenance_work_mem", fetch=False)
+    sql("RESET synchronous_commit", fetch=False)
+    timings["total"] = time.perf_counter() - t_all
+    return {"vbase": vbase, "timings": timings}

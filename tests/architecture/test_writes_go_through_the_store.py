@@ -27,6 +27,7 @@ SQL_HOMES = {
     "runs/partitions.py": "the history DDL: partitions made, sealed and swapped",
     "runs/retention.py": "history retention: counts and exports over partitions before the DDL swaps them",
     "scheduler_project/foundation/dbclock.py": "the database clock (statement_timestamp)",
+    "scheduler_project/foundation/dbplanner.py": "planner settings: a loop's batch read by key through its indexes",
     "scheduler_project/foundation/notify.py": "NOTIFY",
     "scheduler_project/foundation/dbreplication.py": "the replication status PostgreSQL reports",
     "scheduler_project/foundation/migration_ops.py": "CREATE INDEX CONCURRENTLY for migrations",
