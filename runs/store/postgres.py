@@ -77,7 +77,8 @@ class _Unprepared:
 # relay; one primary-key probe of the (small) tenants table per event. PortableStore's
 # event_insert_many makes the same choice in Python. It stays in SQL because the claim learns its
 # runs' tenants only inside its own statement: deciding in Python would be a round trip more per
-# claim, with the rows locked meanwhile. The test named above checks it is spelled the same in each.
+# claim, with the rows locked meanwhile. tests/core/test_every_named_statement_explains.py checks
+# that it is spelled the same in each.
 
 
 # The claim with caps in play, step 1: which tenants have due runs as of %(now)s. A skip scan
@@ -302,8 +303,8 @@ RETURNING r.id, r.generation
 # leave out every partition the batch cannot touch.
 #
 # The result's columns (o, h, c, m, l) and the evidence object built from them are
-# runs.decisions.EVIDENCE, as Result.evidence() builds it in Python (the test named at the top
-# checks they agree); times are ISO 8601 in UTC with microseconds, as the payloads written from
+# runs.decisions.EVIDENCE, as Result.evidence() builds it in Python (the test named at the top of
+# this module checks they agree); times are ISO 8601 in UTC with microseconds, as the payloads written from
 # Python carry them.
 COMPLETE_SQL = """-- name: RunComplete
 WITH v AS (
