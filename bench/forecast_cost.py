@@ -29,6 +29,10 @@ import common as C  # noqa: E402
 
 NEXT_MIDNIGHT = "date_trunc('day', now()) + interval '1 day'"
 NEXT_QUARTER = "to_timestamp(ceil(extract(epoch FROM now()) / 900) * 900)"
+# The next weekday 09:00 in New York (from tomorrow: a bench starts at any hour).
+NEXT_MORNING = ("(SELECT (d + time '09:00') AT TIME ZONE 'America/New_York' FROM generate_series("
+                "(now() AT TIME ZONE 'America/New_York')::date + 1, (now() AT TIME ZONE 'America/New_York')::date + 7, "
+                "interval '1 day') AS d WHERE extract(isodow FROM d) < 6 LIMIT 1)")
 
 
 def main():
@@ -36,9 +40,10 @@ def main():
     ap.add_argument("--schedules", type=int, default=1_000_000)
     ap.add_argument("--tenant-schedules", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--database", default="scheduler_bench_forecast")
     ap.add_argument("--reuse", action="store_true", help="keep the database a previous run loaded")
     a = ap.parse_args()
-    C.setup_database("scheduler_bench_forecast", fresh=not a.reuse)
+    C.setup_database(a.database, fresh=not a.reuse)
     print(C.machine_line())
     if not a.reuse:
         load(a)
@@ -48,21 +53,30 @@ def main():
 def load(a):
     t0 = time.perf_counter()
     big = C.load_tenant("big", "http://127.0.0.1:9/")
-    half = a.schedules // 2
-    C.load_schedules("daily", big, half, target_url="http://127.0.0.1:9/d", expression="0 0 * * *",
-                     next_run_at=NEXT_MIDNIGHT)
-    C.load_schedules("quarter", big, a.schedules - half, target_url="http://127.0.0.1:9/q",
-                     expression="*/15 * * * *", next_run_at=NEXT_QUARTER)
-    C.sql("UPDATE schedules_scheduleversion SET spread_seconds = 600, spread_offset_seconds = mod(id * 7919, 600) "
-          "WHERE mod(id, 10) = 0", fetch=False)
     small = C.load_tenant("small", "http://127.0.0.1:9/")
-    C.load_schedules("small", small, a.tenant_schedules, target_url="http://127.0.0.1:9/s",
-                     expression="0 0 * * *", next_run_at=NEXT_MIDNIGHT)
     minutely = C.load_tenant("minutely", "http://127.0.0.1:9/")
-    C.load_schedules("minutely", minutely, 120, target_url="http://127.0.0.1:9/m", expression="* * * * *",
-                     next_run_at="date_trunc('minute', now()) + interval '1 minute'")
-    C.vacuum_analyze("schedules_schedule", "schedules_scheduleversion")
-    print(f"loaded {a.schedules:,} + {a.tenant_schedules:,} schedules in {time.perf_counter() - t0:.1f} s")
+    # The big tenant's mix: daily at midnight UTC, every quarter hour, weekday mornings in a zone
+    # with DST, hourly rate(); a tenth of each with a 600 s spread.
+    n = a.schedules
+    mix = [("daily", 45, "0 0 * * *", "UTC", NEXT_MIDNIGHT),
+           ("quarter", 40, "*/15 * * * *", "UTC", NEXT_QUARTER),
+           ("morning", 10, "0 9 * * 1-5", "America/New_York", NEXT_MORNING),
+           ("hourly", 5, "rate(1 hour)", "UTC", "date_trunc('hour', now()) + interval '1 hour'")]
+    parts, left = [], n
+    for i, (tag, pct, expression, zone, next_at) in enumerate(mix):
+        count = left if i == len(mix) - 1 else n * pct // 100
+        left -= count
+        parts.append(dict(tag=tag, tenant=big, count=count, target_url=f"http://127.0.0.1:9/{tag}",
+                          expression=expression, time_zone=zone, next_run_at=next_at,
+                          anchor_at="date_trunc('hour', now())", spread="mod(n, 10) = 0"))
+    parts.append(dict(tag="small", tenant=small, count=a.tenant_schedules, target_url="http://127.0.0.1:9/s",
+                      expression="0 0 * * *", next_run_at=NEXT_MIDNIGHT))
+    parts.append(dict(tag="minutely", tenant=minutely, count=120, target_url="http://127.0.0.1:9/m",
+                      expression="* * * * *", next_run_at="date_trunc('minute', now()) + interval '1 minute'"))
+    C.load_schedules_fast(parts)
+    print(f"loaded {a.schedules:,} + {a.tenant_schedules:,} + 120 schedules in {time.perf_counter() - t0:.1f} s "
+          f"(bench/common.py load_schedules_fast); load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+          flush=True)
 
 
 def measure(a):
