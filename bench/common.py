@@ -757,17 +757,15 @@ def load_schedules_fast(parts: list[dict]) -> list[ScheduleSet]:
             spread_when = p.pop("spread", None)
             t0 = time.perf_counter()
             s = load_schedules(**p)
-            if zone != "UTC" or spread_when:
-                sets_sql = []
-                if zone != "UTC":
-                    sets_sql.append(f"time_zone = '{zone}'")
-                if spread_when:
-                    sets_sql.append(f"spread_seconds = CASE WHEN {spread_when} THEN 600 ELSE 0 END")
-                    sets_sql.append(f"spread_offset_seconds = CASE WHEN {spread_when} THEN mod(n * 7919, 600) ELSE 0 END")
-                # Rewriting the part's versions once is cheaper than a second insert path, and
-                # without indexes it is one pass.
-                sql(f"UPDATE schedules_scheduleversion SET {', '.join(sets_sql)} FROM (SELECT id AS vid, id - {s.vbase} AS n "
-                    f"FROM schedules_scheduleversion WHERE id > {s.vbase} AND id <= {s.vbase + s.count}) g WHERE id = g.vid",
+            # The versions that differ from load_schedules' are rewritten in place: the zone for the
+            # whole part, the spread for the rows `spread` selects (only those rows are rewritten).
+            part = f"id > {s.vbase} AND id <= {s.vbase + s.count}"
+            if zone != "UTC":
+                sql(f"UPDATE schedules_scheduleversion SET time_zone = %s WHERE {part}", [zone], fetch=False)
+            if spread_when:
+                sql(f"UPDATE schedules_scheduleversion SET spread_seconds = 600, "
+                    f"spread_offset_seconds = mod(g.n * 7919, 600) FROM (SELECT id AS vid, id - {s.vbase} AS n "
+                    f"FROM schedules_scheduleversion WHERE {part}) g WHERE id = g.vid AND {spread_when}",
                     fetch=False)
             print(f"  loaded {s.count:,} ({p['tag']}) in {time.perf_counter() - t0:.1f} s", flush=True)
             sets.append(s)
