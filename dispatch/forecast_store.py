@@ -65,9 +65,10 @@ def _tenant_values(tenant_ids) -> list:
 
 
 def _when(value):
-    if value is None or isinstance(value, datetime):
-        return value
-    at = parse_datetime(value)  # SQLite hands back text
+    """SQLite hands back UTC instants as text or naive datetimes."""
+    if value is None:
+        return None
+    at = value if isinstance(value, datetime) else parse_datetime(value)
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
