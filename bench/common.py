@@ -300,7 +300,23 @@ def load_schedules(
 
     vbase = _next_version_id() - 1
     s = ScheduleSet(tag, tenant, count, vbase)
-    with transaction.atomic():  # the FKs are deferred: schedule and version go in together
+    # The FKs are deferred: schedule and version go in together. The version first, as the product
+    # makes them: a schedule is counted in the forecast's summary when its row goes in pointing at
+    # an existing version (dispatch.forecast_store).
+    with transaction.atomic():
+        insert_series(
+            ScheduleVersion,
+            count,
+            exprs={"id": s.vid(), "schedule_id": s.sid(), "name": f"'{tag}-' || n"},
+            values={
+                "version": 1,
+                "expression": expression,
+                "time_zone": "UTC",
+                "target_url": target_url,
+                "payload": {"bench": tag},
+                "created_by": "bench",
+            },
+        )
         insert_series(
             Schedule,
             count,
@@ -314,19 +330,6 @@ def load_schedules(
                 "name": f"'{tag}-' || n",
             },
             values={"enabled": enabled, "status": "active", "version": 1},
-        )
-        insert_series(
-            ScheduleVersion,
-            count,
-            exprs={"id": s.vid(), "schedule_id": s.sid(), "name": f"'{tag}-' || n"},
-            values={
-                "version": 1,
-                "expression": expression,
-                "time_zone": "UTC",
-                "target_url": target_url,
-                "payload": {"bench": tag},
-                "created_by": "bench",
-            },
         )
     sql(
         "SELECT setval(pg_get_serial_sequence('schedules_scheduleversion', 'id'), "

@@ -52,13 +52,13 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- A version counts for the schedules whose current version it is (made before its schedule points
--- at it, it counts for none: the schedule's own change then counts).
+-- A version changed or deleted in place changes the schedules whose current version it is. A new
+-- version counts for none: a schedule is counted when its own row is inserted or pointed at a
+-- version (every writer makes the version first, or in the same statement, whose statement
+-- triggers then see both rows: counting the insert of the version too would count it twice).
 CREATE FUNCTION forecast_versions_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        {_pg_delta(_pg_select("schedules_schedule", "new_rows", 1))}
-    ELSIF TG_OP = 'DELETE' THEN
+    IF TG_OP = 'DELETE' THEN
         {_pg_delta(_pg_select("schedules_schedule", "old_rows", -1))}
     ELSE
         {_pg_delta(_pg_select("schedules_schedule", "old_rows", -1) + " UNION ALL "
@@ -73,8 +73,6 @@ CREATE TRIGGER forecast_schedule_updated AFTER UPDATE ON schedules_schedule
 REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION forecast_schedules_changed();
 CREATE TRIGGER forecast_schedule_deleted AFTER DELETE ON schedules_schedule
 REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION forecast_schedules_changed();
-CREATE TRIGGER forecast_version_inserted AFTER INSERT ON schedules_scheduleversion
-REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION forecast_versions_changed();
 CREATE TRIGGER forecast_version_updated AFTER UPDATE ON schedules_scheduleversion
 REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION forecast_versions_changed();
 CREATE TRIGGER forecast_version_deleted AFTER DELETE ON schedules_scheduleversion
@@ -88,7 +86,6 @@ POSTGRES_REVERSE = """
 DROP TRIGGER forecast_schedule_inserted ON schedules_schedule;
 DROP TRIGGER forecast_schedule_updated ON schedules_schedule;
 DROP TRIGGER forecast_schedule_deleted ON schedules_schedule;
-DROP TRIGGER forecast_version_inserted ON schedules_scheduleversion;
 DROP TRIGGER forecast_version_updated ON schedules_scheduleversion;
 DROP TRIGGER forecast_version_deleted ON schedules_scheduleversion;
 DROP FUNCTION forecast_schedules_changed();
@@ -118,9 +115,6 @@ SQLITE = [
     f"""CREATE TRIGGER forecast_schedule_deleted AFTER DELETE ON schedules_schedule BEGIN
         {_sqlite_row("OLD", "v", -1, "schedules_scheduleversion v WHERE v.id = OLD.current_id")}
     END""",
-    f"""CREATE TRIGGER forecast_version_inserted AFTER INSERT ON schedules_scheduleversion BEGIN
-        {_sqlite_row("s", "NEW", 1, "schedules_schedule s WHERE s.current_id = NEW.id")}
-    END""",
     f"""CREATE TRIGGER forecast_version_updated AFTER UPDATE ON schedules_scheduleversion BEGIN
         {_sqlite_row("s", "OLD", -1, "schedules_schedule s WHERE s.current_id = OLD.id")}
         {_sqlite_row("s", "NEW", 1, "schedules_schedule s WHERE s.current_id = NEW.id")}
@@ -133,8 +127,8 @@ SQLITE = [
     JOIN schedules_scheduleversion v ON v.id = s.current_id WHERE {SCOPE} GROUP BY {KEY.format(anchored=SQLITE_ANCHORED)}""",
 ]
 
-SQLITE_REVERSE = [f"DROP TRIGGER forecast_{t}_{e}" for t in ("schedule", "version")
-                  for e in ("inserted", "updated", "deleted")]
+SQLITE_REVERSE = [f"DROP TRIGGER forecast_{t}" for t in ("schedule_inserted", "schedule_updated", "schedule_deleted",
+                                                          "version_updated", "version_deleted")]
 
 
 def keep_the_summary(apps, schema_editor):
