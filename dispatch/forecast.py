@@ -123,6 +123,9 @@ class Forecast:
     @property
     def stated_error(self) -> str:
         """What the counts are worth, in words for the page."""
+        if self.exact and self.incremental:
+            return ("exact: every schedule in scope counted, from the schedules' group counts the database keeps "
+                    "as they change")
         if self.exact:
             return "exact: every schedule in scope counted"
         peak = self.peak()
@@ -410,11 +413,13 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
     does not fit keeps its own, as the change would leave it).
     `span` bounds how far ahead occurrences are counted: /metrics asks for the next hour only.
 
-    Steps: (1) the runs already made ahead, exactly; (2) the scope's size from the counts the
-    database keeps: up to EXACT_SCHEDULES every schedule is counted, beyond that a uniform sample
-    by id of about SAMPLE_SCHEDULES; (3) the schedules grouped in the database by everything the
-    buckets depend on; (4) each distinct rule expanded once, each group counted per bucket; past
-    OCCURRENCE_BUDGET the sample is halved and counted again."""
+    Steps: (1) the runs already made ahead, exactly; (2) the schedules' groups (everything the
+    buckets depend on, with how many schedules share it): from the summary the database keeps
+    (dispatch.forecast_store) unless `incremental` is False or this is a respread preview; else
+    grouped again from the schedules, every one up to EXACT_SCHEDULES in scope (from the counts
+    the database keeps) and a uniform sample by id of about SAMPLE_SCHEDULES beyond; (3) each
+    distinct rule expanded once, each group counted per bucket; past OCCURRENCE_BUDGET a sample
+    (halved each time) is counted again."""
     now = now or db_now()
     tiers = _buckets(now)
     waiting = _materialised(tiers, tenant_ids, host, now)
