@@ -1,20 +1,30 @@
 """Forecast cost (issue 28): the time of one forecast (dispatch.forecast.forecast) over a large
-fleet: bounded (exact up to EXACT_SCHEDULES, a uniform sample beyond), full (every schedule counted,
-grouped in the database), one tenant counted exactly, and a tenant of 120 every-minute schedules
-over the week (walked occurrence by occurrence before issue 28's arithmetic: 9.5 s); and the
-sample's stated error checked against the exact count, bucket by bucket. Interleaved rounds, load
-average printed after each.
+fleet, interleaved rounds, load average printed after each:
+
+- incremental: from the group counts the database keeps (dispatch.forecast_store), every schedule
+  counted exactly;
+- full exact: every schedule grouped again from the schedules (the forecast with incremental=False
+  and no size limit);
+- bounded: from the schedules, exact up to EXACT_SCHEDULES, a uniform sample beyond (what a
+  spread's preview reads), with the sample's stated error checked against the exact count;
+- one tenant of 20,000 schedules both ways, and a tenant of 120 every-minute schedules over the week.
+
+Before the rounds: the kept summary built from the schedules (the fast loader loads with the
+triggers off; the migration fills it the same way), --advance schedules advanced in the scanner's
+statement with the summary's trigger off and on (what keeping it costs the scanner), and an
+incremental read after those advances checked bucket by bucket against the full exact count.
 
     .venv/bin/python bench/forecast_cost.py [--schedules 1000000] [--tenant-schedules 20000] [--repeats 3]
+        [--database scheduler_bench_forecast] [--reuse] [--advance 100000]
 
-Loaded with set-based SQL (bench/common.py): a big tenant with --schedules schedules, half
-`0 0 * * *` (next run at the next midnight UTC), half `*/15 * * * *` (next run at the next quarter
-hour), a tenth of each with a 600 s spread (offsets spread over the window), and a second tenant
-with --tenant-schedules `0 0 * * *` schedules all due at the next midnight, and a third tenant with
-120 `* * * * *`. Reported: seconds per forecast (median of --repeats) for each kind, the method,
-and the sampled buckets against the exact ones.
+Loaded with bench/common.py's load_schedules_fast (one INSERT ... SELECT generate_series per table
+and part, triggers off and indexes built after): a big tenant with --schedules schedules, 45%
+`0 0 * * *` UTC (next run at the next midnight), 40% `*/15 * * * *` UTC (the next quarter hour),
+10% `0 9 * * 1-5` America/New_York (the next weekday morning there), 5% `rate(1 hour)` (the next
+hour), a tenth of each with a 600 s spread (offsets spread over the window); a second tenant with
+--tenant-schedules `0 0 * * *` due at the next midnight; a third with 120 `* * * * *`.
 
-Database: scheduler_bench_forecast (dropped and made again).
+Database: --database (dropped and made again unless --reuse).
 """
 
 import argparse
