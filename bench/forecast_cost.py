@@ -166,8 +166,9 @@ def measure(a):
     times = {k: [] for k in rounds}
     last = {}
     for _ in range(a.repeats):  # interleaved rounds
+        now = C.db_now()  # one instant for the round's forecasts, so their buckets compare
         for label, kwargs in rounds.items():
-            kwargs = dict(kwargs)
+            kwargs = dict(kwargs, now=now)
             force = kwargs.pop("exact", False)
             saved = fc.EXACT_SCHEDULES
             if force:
