@@ -137,7 +137,9 @@ def main():
     ap.add_argument("--other", type=int, default=200)
     ap.add_argument("--spread", type=int, default=600)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--config", default="2x512x400", help="WORKERSxCONCURRENCYxBATCH")
+    ap.add_argument("--config", default="2x256x200",
+                    help="WORKERSxCONCURRENCYxBATCH (default: two workers at the settings' defaults, "
+                         "SCHEDULER_WORKER_CONCURRENCY 256 and SCHEDULER_CLAIM_BATCH 200)")
     ap.add_argument("--scanners", type=int, default=1)
     ap.add_argument("--poll", type=float, default=1.0)
     ap.add_argument("--lead", type=float, default=150.0,

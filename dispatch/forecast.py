@@ -34,6 +34,7 @@ from django.db.models import Case, Count, DateTimeField, F, Q, Sum, Value, When
 from django.db.models.functions import TruncMinute
 
 from dispatch import forecast_counts as fcounts
+from dispatch import forecast_store
 from dispatch.models import ALL_TENANTS, ActivityMinute, WorkerStat
 from runs.models import Run, RunState
 from scheduler_project.foundation.dbclock import db_now
@@ -55,6 +56,10 @@ WEEK = TIERS[-1][1]
 # SAMPLE_SCHEDULES. The database's part at these sizes is measured in bench/README.md (Issue 28).
 EXACT_SCHEDULES = 200_000
 SAMPLE_SCHEDULES = 50_000
+# Read the schedules' groups from the kept summary (dispatch.forecast_store) rather than group
+# every schedule again: exact at any size. A respread preview still reads the schedules (it
+# changes some schedules' offsets), and so does a forecast past OCCURRENCE_BUDGET (sampled).
+INCREMENTAL = True
 # Work units of one forecast in Python: instants listed for the distinct rules plus buckets counted
 # for the groups (at most about 520 a group).
 OCCURRENCE_BUDGET = 3_000_000
@@ -106,6 +111,7 @@ class Forecast:
     waiting_now: int  # ready runs already eligible (the backlog at this moment)
     capacity: Capacity
     truncated_rules: int = 0  # rules with more occurrences in the week than RULE_OCCURRENCES
+    incremental: bool = False  # counted from the kept summary (dispatch.forecast_store)
     warnings: list = field(default_factory=list)
 
     @property
@@ -117,6 +123,9 @@ class Forecast:
     @property
     def stated_error(self) -> str:
         """What the counts are worth, in words for the page."""
+        if self.exact and self.incremental:
+            return ("exact: every schedule in scope counted, from the schedules' group counts the database keeps "
+                    "as they change")
         if self.exact:
             return "exact: every schedule in scope counted"
         peak = self.peak()
@@ -397,28 +406,46 @@ class _Counter:
 
 
 def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None = None,
-             respread: Respread | None = None, span: timedelta = WEEK) -> Forecast:
+             respread: Respread | None = None, span: timedelta = WEEK, incremental: bool | None = None) -> Forecast:
     """Runs becoming eligible in each bucket ahead, for every tenant (tenant_ids None), some
     tenants, and/or one target host ("host:port"). `respread`: the forecast as it would be if the
     schedules of a bulk spread's selection had its window (the preview; one whose rule the window
     does not fit keeps its own, as the change would leave it).
     `span` bounds how far ahead occurrences are counted: /metrics asks for the next hour only.
 
-    Steps: (1) the runs already made ahead, exactly; (2) the scope's size from the counts the
-    database keeps: up to EXACT_SCHEDULES every schedule is counted, beyond that a uniform sample
-    by id of about SAMPLE_SCHEDULES; (3) the schedules grouped in the database by everything the
-    buckets depend on; (4) each distinct rule expanded once, each group counted per bucket; past
-    OCCURRENCE_BUDGET the sample is halved and counted again."""
+    Steps: (1) the runs already made ahead, exactly; (2) the schedules' groups (everything the
+    buckets depend on, with how many schedules share it): from the summary the database keeps
+    (dispatch.forecast_store) unless `incremental` is False or this is a respread preview; else
+    grouped again from the schedules, every one up to EXACT_SCHEDULES in scope (from the counts
+    the database keeps) and a uniform sample by id of about SAMPLE_SCHEDULES beyond; (3) each
+    distinct rule expanded once, each group counted per bucket; past OCCURRENCE_BUDGET a sample
+    (halved each time) is counted again."""
     now = now or db_now()
     tiers = _buckets(now)
     waiting = _materialised(tiers, tenant_ids, host, now)
     start = now.replace(second=0, microsecond=0)
     until = start + min(span, WEEK)
-    scope = _scope(tenant_ids).filter(next_run_at__lt=until)
     size = _scope_size(tenant_ids)
     fraction = 1.0 if size <= EXACT_SCHEDULES else min(1.0, SAMPLE_SCHEDULES / size)
     rules_cache = None
-    while True:
+    counter = None
+    summary = INCREMENTAL if incremental is None else incremental
+    if summary and respread is None:
+        # Every schedule, from the kept summary (dispatch.forecast_store): exact at any size.
+        counter = _Counter(_buckets(now), start, span, now, host)
+        counted = 0
+        try:
+            for row in forecast_store.grouped(tenant_ids=tenant_ids, until=until):
+                counted += row[-1] if counter.take(row, row[-1]) else 0
+            counter.add_all(1.0, 0.0)
+            fraction = 1.0
+        except _OverBudget:
+            rules_cache, counter = counter.rules, None
+            fraction = min(fraction / 2, SAMPLE_SCHEDULES / max(size, 1))
+    else:
+        summary = False
+    scope = _scope(tenant_ids).filter(next_run_at__lt=until)
+    while counter is None:
         counter = _Counter(_buckets(now), start, span, now, host)
         if rules_cache is not None:
             counter.rules = rules_cache
@@ -442,9 +469,8 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
                 counted += row[-1] if counter.take(row, row[-1]) else 0
             scale = 1.0 / fraction
             counter.add_all(scale, (1 - fraction) / fraction ** 2)
-            break
         except _OverBudget:
-            rules_cache = counter.rules
+            rules_cache, counter = counter.rules, None
             fraction = min(fraction / 2, SAMPLE_SCHEDULES / max(size, 1))
             if fraction < 1e-9:
                 raise
@@ -464,7 +490,8 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
     exact = fraction >= 1.0
     f = Forecast(now=now, tiers=tiers, exact=exact, fraction=fraction, schedules_counted=counted,
                  schedules_estimated=counted / fraction, waiting_now=waiting,
-                 capacity=capacity(tenant_ids=tenant_ids, now=now), truncated_rules=counter.truncated)
+                 capacity=capacity(tenant_ids=tenant_ids, now=now), truncated_rules=counter.truncated,
+                 incremental=summary and exact)
     f.warnings = warnings(f)
     return f
 
@@ -526,6 +553,7 @@ def as_json(f: Forecast) -> dict:
     return {
         "at": iso(f.now),
         "method": "exact" if f.exact else "sampled",
+        "source": "summary" if f.incremental else "schedules",
         "sampledFraction": f.fraction,
         "schedulesCounted": f.schedules_counted,
         "schedulesEstimated": round(f.schedules_estimated),

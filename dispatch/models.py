@@ -443,3 +443,40 @@ class RetryCostHour(models.Model):
             # The activity loop's retention pass deletes the oldest hours.
             models.Index(fields=["hour"], name="retry_cost_hour_time_idx"),
         ]
+
+
+class _ForecastKey(models.Model):
+    """Everything one forecast counts a schedule by (dispatch.forecast's group key), and its tenant.
+    `anchored` is the schedule's anchor for rate() and RRULE rules (they count from it), else null."""
+
+    tenant_id = models.UUIDField()
+    expression = models.CharField(max_length=2000)
+    time_zone = models.CharField(max_length=64)
+    dst_skipped = models.CharField(max_length=16)
+    dst_repeated = models.CharField(max_length=16)
+    end_at = models.DateTimeField(null=True)
+    anchored = models.DateTimeField(null=True)
+    next_run_at = models.DateTimeField()
+    spread_offset_seconds = models.IntegerField()
+    misfire_grace_seconds = models.IntegerField()
+    target_url = models.CharField(max_length=2000)
+    n = models.BigIntegerField()
+
+    class Meta:
+        abstract = True
+
+
+class ForecastGroup(_ForecastKey):
+    """The forecast's summary: how many schedules in the forecast's scope (enabled, active, with a
+    next run) have each group key, as of the last fold of ForecastDelta into it. The summary plus
+    the deltas not folded yet are exact at any moment (dispatch.forecast_store)."""
+
+    id = models.BigAutoField(primary_key=True)
+
+
+class ForecastDelta(_ForecastKey):
+    """Changes of ForecastGroup not folded in yet: written by database triggers on schedules and
+    their versions (migration dispatch 0007) in the transaction of the change, +n for a key that
+    gained schedules, -n for one that lost them. Readers fold them into the summary."""
+
+    id = models.BigAutoField(primary_key=True)

@@ -32,6 +32,8 @@ SQL_HOMES = {
     "scheduler_project/foundation/dbreplication.py": "the replication status PostgreSQL reports",
     "scheduler_project/foundation/migration_ops.py": "CREATE INDEX CONCURRENTLY for migrations",
     "dispatch/wakeup.py": "LISTEN on its own connection",
+    "dispatch/forecast_store.py": "the forecast's kept summary: one statement over the summary and the deltas "
+                                  "the schedule triggers write, and its fold",
     "dispatch/invariants.py": "the invariant checker reads the tables as SQL on purpose, independently of "
                              "the stores whose writes it checks",
 }

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 
-from runs import queue
+from runs import actions, queue
 from runs.models import Occurrence, Run
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, Tenant
@@ -70,7 +70,9 @@ def test_the_issue_check_through_the_api(tenant, target, api):
     else:
         # The preview of a window of 0 over them: the whole fleet back in its one minute.
         without = api.post("/api/v1/forecast/spread/preview", {"spreadSeconds": 0}, format="json").json()
-        assert without["selected"] == N and _bucket(without["after"], minute) == N
+        # The preview counts its selection up to one bulk change and says when there is more.
+        assert without["selected"] == min(N, actions.MAX_BULK_SPREAD + 1)
+        assert without["more"] == (N > actions.MAX_BULK_SPREAD) and _bucket(without["after"], minute) == N
         assert [_bucket(without["before"], minute + timedelta(minutes=i)) for i in range(10)] == [
             expected[i] for i in range(10)]
 

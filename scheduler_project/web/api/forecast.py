@@ -43,6 +43,10 @@ class CapacityOut(serializers.Serializer):
 class ForecastOut(serializers.Serializer):
     at = serializers.DateTimeField()
     method = serializers.ChoiceField(choices=["exact", "sampled"])
+    source = serializers.ChoiceField(choices=["summary", "schedules"],
+                                     help_text="summary: the schedules' group counts the database keeps as they "
+                                               "change (the incremental forecast); schedules: grouped again for "
+                                               "this answer (a spread's preview, or sampled past the work budget)")
     sampledFraction = serializers.FloatField(help_text="of the schedules in scope counted; 1 when exact")
     statedError = serializers.CharField(help_text="the method and what the counts are worth, in words")
     schedulesCounted = serializers.IntegerField()

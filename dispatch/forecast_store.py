@@ -1,0 +1,165 @@
+"""The forecast's summary: the schedules in a forecast's scope counted per group key, kept as they
+change (issue 28's incremental forecast).
+
+A forecast groups the schedules by everything its buckets depend on (dispatch.forecast's group
+key); grouping ten million of them joined to their versions on every read is most of a full
+forecast's cost. Here that grouping is kept instead:
+
+- ForecastGroup holds (tenant, key) -> how many schedules, as of its last fold;
+- ForecastDelta holds what changed since: database triggers on schedules and versions (migration
+  dispatch 0007) add -n for the key a schedule left and +n for the key it entered, in the
+  transaction of the change, whoever makes it (the scanner's advance, an edit, a pause, an archive,
+  a create, a delete, SQL by hand);
+- a read is one statement over the summary and the deltas together, so it is exact at any moment
+  and consistent with itself; no loop needs to run for it;
+- a read folds the deltas into the summary when they have grown (one statement on PostgreSQL,
+  under an advisory lock that a second reader does not wait for: it reads without folding).
+
+`rebuild()` fills the summary from the schedules again, for stores loaded with the triggers off
+(bench/common.py's fast loader) or after restoring a backup of the schedules alone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from django.db import connection, transaction
+from django.utils.dateparse import parse_datetime
+
+from dispatch.models import ForecastGroup
+
+COLS = ("tenant_id, expression, time_zone, dst_skipped, dst_repeated, end_at, anchored, next_run_at, "
+        "spread_offset_seconds, misfire_grace_seconds, target_url")
+# What a read returns per row, in dispatch.forecast's _GROUP_FIELDS order.
+KEY = ("expression, time_zone, dst_skipped, dst_repeated, end_at, anchored, next_run_at, spread_offset_seconds, "
+       "misfire_grace_seconds, target_url")
+# Deltas are folded in once there are this many, or as many as a quarter of the summary's rows,
+# whichever is more: a fold rewrites the summary, so it is paid for by many reads.
+FOLD_AT = 2_000
+# Another process folding at the same moment holds this (pg_try_advisory_xact_lock).
+FOLD_LOCK = 0x46435354  # "FCST"
+
+_ANCHORED = {
+    "postgresql": "CASE WHEN strpos(upper(v.expression), 'RATE(') > 0 OR strpos(upper(v.expression), 'FREQ=') > 0 "
+                  "THEN s.anchor_at END",
+    "sqlite": "CASE WHEN instr(lower(v.expression), 'rate(') > 0 OR instr(lower(v.expression), 'freq=') > 0 "
+              "THEN s.anchor_at END",
+}
+
+
+def _schedules_grouped() -> str:
+    """The summary as computed from the schedules (what the triggers keep it equal to)."""
+    return (f"SELECT s.tenant_id, v.expression, v.time_zone, v.dst_skipped, v.dst_repeated, v.end_at, "
+            f"{_ANCHORED[connection.vendor]} AS anchored, s.next_run_at, v.spread_offset_seconds, "
+            f"v.misfire_grace_seconds, v.target_url, count(*) AS n "
+            f"FROM schedules_schedule s JOIN schedules_scheduleversion v ON v.id = s.current_id "
+            f"WHERE s.enabled AND s.status = 'active' AND s.next_run_at IS NOT NULL "
+            f"GROUP BY s.tenant_id, v.expression, v.time_zone, v.dst_skipped, v.dst_repeated, v.end_at, "
+            f"{_ANCHORED[connection.vendor]}, s.next_run_at, v.spread_offset_seconds, v.misfire_grace_seconds, "
+            f"v.target_url")
+
+
+def _tenant_values(tenant_ids) -> list:
+    field = ForecastGroup._meta.get_field("tenant_id")
+    return [field.get_db_prep_value(t, connection) for t in tenant_ids]
+
+
+def _when(value):
+    """SQLite hands back UTC instants as text or naive datetimes."""
+    if value is None:
+        return None
+    at = value if isinstance(value, datetime) else parse_datetime(value)
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def grouped(*, tenant_ids=None, until: datetime) -> list:
+    """(expression, zone, dst_skipped, dst_repeated, end_at, anchor or None, next_run_at, offset,
+    grace, target_url, count) of the schedules in scope with next_run_at before `until`, over
+    every tenant or those of `tenant_ids`: what dispatch.forecast's grouped query returns, from
+    the summary and the deltas not folded yet, in one statement."""
+    fold_if_due()
+    where, params = ["next_run_at < %s"], [until if connection.vendor == "postgresql"
+                                         else ForecastGroup._meta.get_field("next_run_at")
+                                         .get_db_prep_value(until, connection)]
+    if tenant_ids is not None:
+        values = _tenant_values(tenant_ids)
+        if not values:
+            return []
+        where.append(f"tenant_id IN ({', '.join(['%s'] * len(values))})")
+        params += values
+    query = (f"-- name: ForecastGroupsRead\n"
+             f"SELECT {KEY}, CAST(sum(n) AS bigint) FROM ("
+             f"SELECT {COLS}, n FROM dispatch_forecastgroup UNION ALL SELECT {COLS}, n FROM dispatch_forecastdelta"
+             f") x WHERE {' AND '.join(where)} GROUP BY {KEY} HAVING sum(n) > 0")
+    with connection.cursor() as cur:
+        cur.execute(query, params)
+        rows = cur.fetchall()
+    if connection.vendor == "postgresql":
+        return rows
+    return [(e, z, s, r, _when(end), _when(anchor), _when(nxt), off, grace, url, n)
+            for e, z, s, r, end, anchor, nxt, off, grace, url, n in rows]
+
+
+def fold_if_due() -> bool:
+    """Fold the deltas into the summary when there are enough of them; whether it folded."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT (SELECT count(*) FROM dispatch_forecastdelta), (SELECT count(*) FROM dispatch_forecastgroup)")
+        deltas, groups = cur.fetchone()
+    if deltas < max(FOLD_AT, groups // 4):
+        return False
+    return fold()
+
+
+_FOLD_POSTGRES = f"""-- name: ForecastFold
+WITH d AS (DELETE FROM dispatch_forecastdelta RETURNING {COLS}, n),
+     g AS (DELETE FROM dispatch_forecastgroup RETURNING {COLS}, n)
+INSERT INTO dispatch_forecastgroup ({COLS}, n)
+SELECT {COLS}, sum(n) FROM (SELECT * FROM d UNION ALL SELECT * FROM g) x
+GROUP BY {COLS} HAVING sum(n) <> 0
+"""
+
+
+def fold() -> bool:
+    """The deltas into the summary. PostgreSQL: one statement (it folds exactly the deltas it
+    deletes, so a delta committed meanwhile stays for the next fold), under an advisory lock; a
+    reader that finds it taken reads without folding (False). SQLite has one writer at a time: the
+    first statement takes the write lock, so nothing changes between the read and the rewrite."""
+    with transaction.atomic(), connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [FOLD_LOCK])
+            if not cur.fetchone()[0]:
+                return False
+            cur.execute(_FOLD_POSTGRES)
+            return True
+        cur.execute("UPDATE dispatch_forecastdelta SET n = n WHERE id = (SELECT min(id) FROM dispatch_forecastdelta)")
+        cur.execute(f"SELECT {COLS}, sum(n) FROM (SELECT {COLS}, n FROM dispatch_forecastgroup UNION ALL "
+                    f"SELECT {COLS}, n FROM dispatch_forecastdelta) x GROUP BY {COLS} HAVING sum(n) <> 0")
+        rows = cur.fetchall()
+        cur.execute("DELETE FROM dispatch_forecastdelta")
+        cur.execute("DELETE FROM dispatch_forecastgroup")
+        cur.executemany(f"INSERT INTO dispatch_forecastgroup ({COLS}, n) VALUES ({', '.join(['%s'] * 12)})", rows)
+        return True
+
+
+def rebuild() -> None:
+    """The summary computed again from the schedules, the deltas dropped: with schedules and
+    versions locked against writes meanwhile (reads go on), so no change is missed or counted twice."""
+    with transaction.atomic(), connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("LOCK TABLE schedules_schedule, schedules_scheduleversion IN SHARE ROW EXCLUSIVE MODE")
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [FOLD_LOCK])
+        cur.execute("DELETE FROM dispatch_forecastdelta")
+        cur.execute("DELETE FROM dispatch_forecastgroup")
+        cur.execute(f"INSERT INTO dispatch_forecastgroup ({COLS}, n) {_schedules_grouped()}")
+
+
+def differences() -> list:
+    """Keys whose count in the summary (with the deltas) differs from the schedules' own, as
+    (tenant, key..., kept, actual): empty when the summary is right. For tests and checks."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {COLS}, sum(kept), sum(actual) FROM ("
+                    f"SELECT {COLS}, n AS kept, 0 AS actual FROM dispatch_forecastgroup UNION ALL "
+                    f"SELECT {COLS}, n, 0 FROM dispatch_forecastdelta UNION ALL "
+                    f"SELECT {COLS}, 0, n FROM ({_schedules_grouped()}) s) x "
+                    f"GROUP BY {COLS} HAVING sum(kept) <> sum(actual)")
+        return cur.fetchall()
