@@ -1,6 +1,6 @@
 """The `maintain` loop: keeps the history tables' partitions ahead of time, seals the quiet ones,
 and removes history past its retention (runs.partitions, runs.retention; docs/scaling.md "What an
-operator runs and watches"). It runs in `manage.py scheduler` beside the reconciler and as its own
+operator runs and watches"), and folds the forecast's kept counts (dispatch.forecast_store). It runs in `manage.py scheduler` beside the reconciler and as its own
 command, `manage.py maintain`; any number of copies may run, one does the work at a time (an
 advisory lock on PostgreSQL).
 
@@ -12,6 +12,7 @@ changed nothing and is tried again after BUSY_RETRY_SECONDS; it never fails the 
 
 import logging
 
+from dispatch import forecast_store
 from runs import partitions, retention
 from runs.history_settings import get as setting
 from runs.store import store
@@ -35,6 +36,9 @@ class Maintenance:
         return BUSY_RETRY_SECONDS if self.busy else setting("SCHEDULER_MAINTENANCE_SECONDS")
 
     def step(self) -> bool:
+        # The forecast's kept counts gain delta rows with every scanner advance; readers fold them,
+        # and this folds them when nobody reads the forecast, so they never pile up.
+        forecast_store.fold_if_due()
         s = store()
         if not s.partitioned:
             self.last = retention.run_pass(export_dir=self.export_dir)
