@@ -289,7 +289,7 @@ def main():
     _, key = create_api_key(tenant, label="bench")
     port = free_port()
     env = C.bench_env(args.database, SCHEDULER_API_RATE_LIMIT_PER_MINUTE=10_000_000,
-                         SCHEDULER_MAX_SCHEDULES_PER_TENANT=args.quota)
+                      SCHEDULER_MAX_SCHEDULES_PER_TENANT=args.quota)
     gunicorn = subprocess.Popen(
         [str(C.PYTHON.parent / "gunicorn"), "scheduler_project.wsgi", "--bind", f"127.0.0.1:{port}",
          "--workers", str(args.gunicorn_workers), "--log-level", "warning", "--timeout", "120",

@@ -115,7 +115,7 @@ def summary(a):
     # The scanner's advance as its statement makes it (ScheduleAdvance: next_run_at by id, a batch
     # at a time), with the summary's trigger off and on: what keeping the summary costs the scanner.
     ids = [r[0] for r in C.sql("SELECT id FROM schedules_schedule WHERE name LIKE 'quarter-%%' LIMIT %s",
-                              [a.advance])]
+                               [a.advance])]
     advance = ("UPDATE schedules_schedule s SET next_run_at = s.next_run_at + interval '15 minutes' "
                "FROM unnest(%s::uuid[]) AS v(id) WHERE s.id = v.id")
     for label, state in (("off", "DISABLE"), ("on", "ENABLE"), ("off", "DISABLE"), ("on", "ENABLE")):

@@ -1237,7 +1237,7 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
           f"{quiet_first['n']} runs due while the spike was being started)")
     rm = s.get("removals") or []
     print("  partition removals near it: " + (", ".join(f"{what} at {at:+.1f}s locked {C.fmt(lock, ' ms', 0)}"
-                                                         for at, what, lock in rm) or "none within a partition's width"))
+                                                        for at, what, lock in rm) or "none within a partition's width"))
 
     print("\nfaults (time from the start of the steady load; dispatch gap = longest time with no attempt started, "
           f"fault to +{OBSERVE_SECONDS:.0f}s, goal <= 30 s):")

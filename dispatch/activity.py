@@ -219,8 +219,8 @@ class _Tally:
             recent.sort(key=lambda r: r[0])
             row.recent = recent[-ScheduleActivity.RECENT:]
         _write(ScheduleActivity, rows, ["schedule_id"], ["succeeded", "failed", "last_finished_at", "last_outcome",
-                                                          "last_http_status", "last_error", "last_run_id",
-                                                          "last_success_at", "recent"])
+                                                         "last_http_status", "last_error", "last_run_id",
+                                                         "last_success_at", "recent"])
 
 
 def _write(model, rows, unique_fields, update_fields) -> None:

@@ -79,8 +79,8 @@ def grouped(*, tenant_ids=None, until: datetime) -> list:
     the summary and the deltas not folded yet, in one statement."""
     fold_if_due()
     where, params = ["next_run_at < %s"], [until if connection.vendor == "postgresql"
-                                         else ForecastGroup._meta.get_field("next_run_at")
-                                         .get_db_prep_value(until, connection)]
+                                           else ForecastGroup._meta.get_field("next_run_at")
+                                           .get_db_prep_value(until, connection)]
     if tenant_ids is not None:
         values = _tenant_values(tenant_ids)
         if not values:

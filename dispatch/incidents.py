@@ -179,7 +179,7 @@ class Pass:
         for p in IncidentPolicy.objects.filter(schedule_id__in=schedule_ids):
             self.policies[(p.schedule_id, p.rule)] = Policy(p.enabled, p.threshold)
         self.streaks = dict(FailureStreak.objects.filter(schedule_id__in=schedule_ids).values_list("schedule_id",
-                                                                                                    "failures"))
+                                                                                                   "failures"))
         opened = Incident.objects.exclude(state=IncidentState.RESOLVED)
         for inc in opened.filter(schedule_id__in=schedule_ids):
             self.open[(inc.schedule_id, inc.rule)] = inc
@@ -259,7 +259,7 @@ def apply_events(p: Pass, events: list) -> set:
     # read the day's partition whole while it judges that cheaper (foundation.dbplanner).
     with by_key():
         runs = {r[0]: r for r in Run.objects.filter(id__in=run_ids).values_list("id", "schedule_id", "scheduled_time",
-                                                                                 "kind")}
+                                                                                "kind")}
     sids = {r[1] for r in runs.values()}
     p.load(sids, {e[2] for e in events if e[3] in READ})
     for _, run_id, tid, kind, payload, created_at in events:

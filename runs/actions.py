@@ -579,7 +579,7 @@ def cancel_run(run, *, by: Actor, reason: str = Reason.CANCELED) -> Run:
     now = db_now()
     store().run_set_canceled(run, reason=reason, by=by.name, now=now)
     store().event_insert_many([event(run.id, run.tenant_id, EventKind.CANCELED, state=RunState.CANCELED, reason=reason,
-                                 inFlight=before == RunState.LEASED, by=by.name)], now=now)
+                                     inFlight=before == RunState.LEASED, by=by.name)], now=now)
     audit(AuditAction.RUN_CANCEL, by=by, obj_type="run", obj_id=run.id, tenant_id=run.tenant_id,
           before={"state": before}, after={"state": RunState.CANCELED, "reason": reason})
     # A run buffered behind this one (overlap buffer_one) may start now.

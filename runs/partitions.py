@@ -555,7 +555,7 @@ def _add_foreign_keys(cur, stage: str, table: str) -> None:
     finds them in place and validates nothing under the lock."""
     for column, ref in FOREIGN_KEYS[table]:
         _short(f"ALTER TABLE {q(stage)} ADD CONSTRAINT {q(f'{stage}_{column}_fk')} FOREIGN KEY ({column}) "
-                   f"REFERENCES {ref} (id) DEFERRABLE INITIALLY DEFERRED NOT VALID")
+               f"REFERENCES {ref} (id) DEFERRABLE INITIALLY DEFERRED NOT VALID")
         _exec(cur, f"ALTER TABLE {q(stage)} VALIDATE CONSTRAINT {q(f'{stage}_{column}_fk')}")
 
 

@@ -136,7 +136,7 @@ def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | N
         if behind(k, at):
             return limit
     count, last = store().schedule_count_due(now, beyond=beyond, until=until, cap=LOOKAHEAD_COUNT_CAP, shards=shards,
-                                    shard=shard)
+                                             shard=shard)
     return limit if count and behind(count, last) else 0.0
 
 
@@ -254,7 +254,7 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
         tenant_caps, host_caps = _limits.get()
         if not tenant_caps and not host_caps:
             return store().run_claim_due(worker=worker_id, limit=limit, lease_seconds=lease.total_seconds(),
-                                     shift=next(_rotation), holding=holding)
+                                         shift=next(_rotation), holding=holding)
         now = db_now()
         tenants = [t for t in store().run_due_tenants(now, max_tenants=10_000)
                    if t in tenant_caps or holding.tenant_room(t) > 0]

@@ -273,7 +273,7 @@ def _trim(res, now, p, tenant_ids, export_dir):
         by_keep.setdefault(p.keep(tid), []).append(tid)
     for (fin, dead), tids in by_keep.items():
         ids = store().history_expired_run_ids(tenant_ids=tids, finished_before=now - fin, dead_before=now - dead,
-                                      limit=batch)
+                                              limit=batch)
         if not ids:
             continue
         with transaction.atomic():

@@ -128,7 +128,7 @@ SQLITE = [
 ]
 
 SQLITE_REVERSE = [f"DROP TRIGGER forecast_{t}" for t in ("schedule_inserted", "schedule_updated", "schedule_deleted",
-                                                          "version_updated", "version_deleted")]
+                                                         "version_updated", "version_deleted")]
 
 
 def keep_the_summary(apps, schema_editor):

@@ -269,7 +269,7 @@ class PortableStore(RequestedChanges, PortableHistory):
         if not tenants:
             return []
         candidates = self.run_due_candidates(tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)),
-                                         without=decisions.full_targets(holding.hosts, holding.host_cap))
+                                             without=decisions.full_targets(holding.hosts, holding.host_cap))
         ids = decisions.pick(candidates, limit, tenant_room={t: holding.tenant_room(t) for t in tenants},
                              host_room={}, target_room={k: holding.host_room(k) for k in holding.hosts},
                              target_cap=holding.host_cap)
@@ -306,7 +306,7 @@ class PortableStore(RequestedChanges, PortableHistory):
             [Attempt(run_id=r[0], scheduled_time=r[7], generation=r[1], worker_id=worker, started_at=now) for r in rows]
         )
         self.event_insert_many([event(r[0], r[4], EventKind.LEASED, generation=r[1], workerId=worker,
-                                  state=RunState.LEASED) for r in rows], now=now)
+                                      state=RunState.LEASED) for r in rows], now=now)
         # The same shape PostgresStore's claim returns: the version's call (headers and payload as
         # JSON text) and policy, and the ids and time as the call's headers carry them.
         return [
@@ -403,7 +403,7 @@ class PortableStore(RequestedChanges, PortableHistory):
             outcome=AttemptOutcome.ABANDONED, finished_at=now, error="given back unstarted at worker shutdown"
         )
         self.event_insert_many([event(c.run_id, c.tenant_id, EventKind.RELEASED, generation=c.generation,
-                                  state=RunState.READY) for c in mine], now=now)
+                                      state=RunState.READY) for c in mine], now=now)
         return mine
 
     # --- runs: the reconciler and schedule changes ------------------------------------------------
@@ -442,7 +442,7 @@ class PortableStore(RequestedChanges, PortableHistory):
             return 0
         Run.objects.filter(id__in=[r[0] for r in rows]).update(next_eligible_at=now, reason="")
         self.event_insert_many([event(rid, tid, EventKind.UNBUFFERED, state=RunState.READY, nextEligibleAt=iso(now))
-                            for rid, tid in rows], now=now)
+                                for rid, tid in rows], now=now)
         return len(rows)
 
     def run_buffered_schedules(self) -> set:

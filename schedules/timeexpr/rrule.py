@@ -926,7 +926,7 @@ class RRuleWalls:
             if not ok:
                 raise self._never(f"no kept month (every {n}th from DTSTART's) has a day passing its date filters")
         step_days = n if f == DAILY else (n * _UNIT_SECONDS[f] // _DAY_SECONDS
-                                            if f >= HOURLY and n * _UNIT_SECONDS[f] % _DAY_SECONDS == 0 else 0)
+                                          if f >= HOURLY and n * _UNIT_SECONDS[f] % _DAY_SECONDS == 0 else 0)
         if step_days and step_days % 7 == 0 and s.byday_plain is not None and weekday(self.d0) not in s.byday_plain:
             # A lattice of whole weeks stays on DTSTART's weekday.
             raise self._never(f"its INTERVAL steps whole weeks from a {WEEKDAYS[weekday(self.d0)]}, "

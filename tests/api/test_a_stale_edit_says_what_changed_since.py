@@ -9,7 +9,7 @@ from tests.helpers import ACTOR, utc
 def test_a_stale_expected_version_answers_what_changed_since(api, schedule):
     edit_schedule(schedule, expected_version=1, changes={"expression": "30 2 * * SUN"}, by=ACTOR)
     edit_schedule(schedule, expected_version=2, changes={"expression": "45 3 * * SUN", "target_method": "PUT",
-                                                          "start_at": utc(2030, 1, 1)}, by=ACTOR)
+                                                         "start_at": utc(2030, 1, 1)}, by=ACTOR)
     resp = api.patch(f"/api/v1/schedules/{schedule.id}", {"expectedVersion": 2, "expression": "30 2 * * SUN"},
                      format="json")
     assert resp.status_code == 409

@@ -272,7 +272,7 @@ def test_a_batch_is_one_transaction_a_failed_insert_leaves_nothing(api, tenant, 
     monkeypatch.setattr(type(store()), "rows_insert_new", insert_new)
     with pytest.raises(RuntimeError):
         actions.create_schedules(tenant, [{"expression": "0 * * * *", "time_zone": "UTC",
-                                                    "target_url": target.url + "/hook"}] * 3, by=ACTOR, now=db_now())
+                                           "target_url": target.url + "/hook"}] * 3, by=ACTOR, now=db_now())
     assert not Schedule.objects.filter(tenant=tenant).exists() and not ScheduleVersion.objects.exists()
 
 

@@ -106,7 +106,7 @@ def test_concurrent_creates_with_one_key_make_one_schedule(tenant, target):
 
 @pytest.mark.django_db
 def test_a_key_older_than_the_retention_starts_a_new_request_and_is_pruned(api, tenant, target, settings,
-                                                                            monkeypatch):
+                                                                           monkeypatch):
     settings.SCHEDULER_IDEMPOTENCY_RETENTION_HOURS = 24
     first = api.post("/api/v1/schedules", schedule_body(target), format="json", HTTP_IDEMPOTENCY_KEY=KEY)
     other = api.post("/api/v1/schedules", schedule_body(target), format="json", HTTP_IDEMPOTENCY_KEY="kept-key")

@@ -47,7 +47,7 @@ def test_ascending_and_mixed_directions_work_too(tenant):
     assert [(e.object_id, e.id) for e in asc] == sorted((e.object_id, e.id) for e in qs)
     mixed = walk(Keyset("m", ("object_id", "-id")), qs, 2)
     assert [(e.object_id, e.id) for e in mixed] == sorted(((e.object_id, e.id) for e in qs),
-                                                        key=lambda t: (t[0], -t[1]))
+                                                          key=lambda t: (t[0], -t[1]))
 
 
 def test_a_page_reads_limit_plus_one_rows_and_never_counts(schedule):

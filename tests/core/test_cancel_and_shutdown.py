@@ -110,7 +110,7 @@ def test_shutdown_leaves_a_call_still_running_after_the_grace_period_to_lease_ex
     target.delay = 3.0
     stop = threading.Event()
     t = threading.Thread(target=run_worker, args=("w-term",), kwargs={"stop": stop, "poll_seconds": 0.05,
-                                                                        "grace_seconds": 0.2})
+                                                                      "grace_seconds": 0.2})
     t.start()
     for _ in range(100):
         if target.deliveries:

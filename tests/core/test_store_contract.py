@@ -73,7 +73,7 @@ def test_a_claim_leases_opens_the_attempt_and_returns_everything_the_call_needs(
     assert url == target.url + "/job" and method == "POST" and isinstance(headers, str) and isinstance(payload, str)
     assert tuple(c.policy) == (1.0, 300.0, "allow")
     assert (c.run_text, c.schedule_text, c.scheduled_text) == (str(c.run_id), str(c.schedule_id),
-                                                                decisions.iso(run.scheduled_time))
+                                                               decisions.iso(run.scheduled_time))
     leased = OutboxEvent.objects.get(run_id=c.run_id, kind="run.leased")
     assert leased.payload == {"runId": str(c.run_id), "generation": 1, "workerId": "w-1", "state": "leased"}
     assert leased.published_at is None  # this tenant has a webhook: the relay delivers it
@@ -83,7 +83,7 @@ def test_heartbeats_extend_only_leases_still_held(tenant, target):
     c = claim_one(tenant, target)
     with transaction.atomic():
         owned = store().run_extend_leases([(c.run_id, c.generation), (c.run_id, c.generation + 1)], worker="w-1",
-                                      lease_seconds=60)
+                                          lease_seconds=60)
     assert owned == {(c.run_id, c.generation)}
     with transaction.atomic():
         assert store().run_extend_leases([(c.run_id, c.generation)], worker="w-other", lease_seconds=60) == set()
@@ -306,7 +306,7 @@ def test_cancel_run_closes_a_leased_runs_open_attempt_and_retry_run_makes_it_rea
     again = Run.objects.get(id=c.run_id)
     assert (again.state, again.reason, again.next_eligible_at, again.finished_at, again.attempts_used,
             again.retried_by, again.retried_at, again.generation) == ("ready", "", later, None, 0, "ops@example",
-                                                                       later, 1)
+                                                                      later, 1)
     # The row and the instance agree (the caller returns the instance).
     assert (stored.state, stored.retried_at) == (again.state, again.retried_at)
 

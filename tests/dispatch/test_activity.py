@@ -167,7 +167,7 @@ def test_targets_are_counted_per_minute_and_ranked_by_failures(tenant, sched, ot
     now = db_now()
     top = failing_targets(now=now)
     assert [(t.target_url, t.failed, t.attempts) for t in top] == [(sched.current.target_url, 2, 3),
-                                                                  (other.current.target_url, 1, 3)]
+                                                                   (other.current.target_url, 1, 3)]
     assert top[0].last_failed_at is not None
     # A tenant's own view sees its own targets only.
     mine = failing_targets(tenant_ids=[other_tenant.id], now=now)

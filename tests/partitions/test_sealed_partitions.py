@@ -31,7 +31,7 @@ def planned_partitions() -> set:
     connection.ensure_connection()
     cur = psycopg.Cursor(connection.connection)
     cur.execute("EXPLAIN " + CLAIM_DUE_SQL, {"worker": "w", "limit": 10, "lease": 60, "shift": 0,
-                                                   "floor": floor(), **share_params(queue.idle_holding())}, prepare=False)
+                                             "floor": floor(), **share_params(queue.idle_holding())}, prepare=False)
     return {part for (line,) in cur.fetchall() for part in line.split() if part.startswith("runs_run_")}
 
 

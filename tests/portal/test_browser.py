@@ -175,7 +175,7 @@ def seed_activity(tenants, schedules):
         ScheduleActivity.objects.create(
             schedule_id=schedule.id, tenant_id=schedule.tenant_id, succeeded=len(successes),
             failed=50 - len(successes), last_finished_at=now, last_outcome={"s": "succeeded", "f": "failed",
-                                                                           "u": "unknown"}[last],
+                                                                            "u": "unknown"}[last],
             last_http_status={"s": 200, "f": 503, "u": None}[last],
             last_error={"s": "", "f": "HTTP 503 from target", "u": "lease expired: outcome unknown"}[last],
             last_success_at=now - timedelta(minutes=15) if last != "s" else now, recent=recent)

@@ -76,7 +76,7 @@ def test_a_tenant_viewer_may_preview_but_not_apply(tenant, target, acme_user):
     client = login(acme_user)
     make_schedule(tenant, target.url + "/d", expression="0 0 * * *")
     html = client.get(reverse("dispatch-forecast"), {"shape": "1", "shape_tenant": str(tenant.id),
-                                                      "spread": "600"}).content.decode()
+                                                     "spread": "600"}).content.decode()
     assert 'data-testid="shape-preview"' in html and "Apply a 600 s spread" not in html
     resp = client.post(reverse("dispatch-forecast-spread"), {"tenant": str(tenant.id), "spread": "600"})
     assert resp.status_code == 403

@@ -102,7 +102,7 @@ def test_a_read_only_operator_sees_every_tenant(read_only_operator, tenant, othe
 
 
 def test_a_read_only_operator_is_refused_every_change_with_403_and_nothing_changes(read_only_operator, tenant,
-                                                                                    schedule):
+                                                                                   schedule):
     dead = make_run(schedule, RunState.DEAD)
     ready = make_run(schedule, RunState.READY)
     key, _ = create_api_key(tenant, label="service")

@@ -78,7 +78,7 @@ def test_every_minute_and_fixed_times_across_each_zones_dst_days(zone):
     rng = random.Random(zone)
     for expression in ("* * * * *", "*/5 * * * *", "30 2 * * *", "0 1,2,3 * * *", "15 0-4 * * 0,6", "0 0 * * *"):
         for policy in (timeexpr.DstPolicy("next_valid", "earlier"), timeexpr.DstPolicy(SKIPPED_CHOICES[-1],
-                                                                                         REPEATED_CHOICES[-1])):
+                                                                                       REPEATED_CHOICES[-1])):
             rule = timeexpr.parse(expression, zone, anchor=datetime(2026, 1, 1, tzinfo=UTC), dst_policy=policy)
             for lo in WEEK_STARTS:
                 _check(rule, lo, lo + timedelta(days=7, hours=1), rng)

@@ -82,7 +82,7 @@ class ForecastView(ApiView):
 @extend_schema_serializer(component_name="BulkSpreadSelection")
 class BulkSpreadIn(StrictSerializer):
     spreadSeconds = StrictIntegerField(min_value=0, max_value=MAX_SPREAD_SECONDS,
-                                             help_text="the window to give every selected schedule")
+                                       help_text="the window to give every selected schedule")
     targetHost = StrictCharField(required=False, max_length=300,
                                  help_text="only schedules calling this target host:port")
     expression = StrictCharField(required=False, max_length=2000, trim_whitespace=False,
@@ -169,6 +169,6 @@ class BulkSpreadView(ApiView):
         tenant = request.user.tenant
         part = selected[:actions.MAX_BULK_SPREAD]
         out = actions.spread_schedules(tenant, part, window, by=actor(request),
-                                                selection={"host": host, "expression": expression})
+                                       selection={"host": host, "expression": expression})
         return Response({"changed": out["changed"], "unchanged": out["unchanged"], "refused": out["refused"],
                          "more": len(selected) > len(part)})

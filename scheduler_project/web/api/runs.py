@@ -74,7 +74,7 @@ class RunListView(ApiView):
 
 class RunDetailView(ApiView):
     @operation(operation_id="runs_retrieve", summary="Read a run and its attempts",
-                   responses={200: RunOut, **error_responses(404)})
+               responses={200: RunOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(RunOut(tenant_run(request, pk)).data)
 

@@ -141,7 +141,7 @@ class TargetIn(StrictSerializer):
     headers = serializers.DictField(child=HeaderValueField(), required=False,
                                     help_text="header names to string values")
     timeoutSeconds = StrictIntegerField(min_value=1, max_value=86400, required=False,
-                                              help_text="1 to SCHEDULER_MAX_TIMEOUT_SECONDS (default 1800)")
+                                        help_text="1 to SCHEDULER_MAX_TIMEOUT_SECONDS (default 1800)")
 
     def validate(self, attrs):
         # The same rule the service and the worker apply, so the errors land on `target` as theirs do.

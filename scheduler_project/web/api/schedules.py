@@ -239,7 +239,7 @@ class ScheduleListView(ApiView):
 
 class ScheduleDetailView(ApiView):
     @operation(operation_id="schedules_retrieve", summary="Read a schedule",
-                   responses={200: ScheduleOut, **error_responses(404)})
+               responses={200: ScheduleOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(schedule_json(tenant_schedule(request, pk)))
 
@@ -409,7 +409,7 @@ class ApiKeyListView(ApiView):
 
 class ApiKeyDetailView(ApiView):
     @operation(operation_id="keys_retrieve", summary="Read an API key (without its secret)",
-                   responses={200: ApiKeyOut, **error_responses(404)})
+               responses={200: ApiKeyOut, **error_responses(404)})
     def get(self, request, pk):
         return Response(ApiKeyOut(tenant_key(request, pk)).data)
 

@@ -90,7 +90,7 @@ def _shaping(request, tenants_visible, f, tz):
         return {"v": values, "error": "give the spread window as a whole number of seconds"}
     window = int(values["window"])
     selected = actions.schedules_for_spread(tenant, host=values["host"] or None,
-                                                     expression=values["expression"] or None, without_window=window)
+                                            expression=values["expression"] or None, without_window=window)
     too_many = len(selected) > actions.MAX_BULK_SPREAD  # applied in parts
     after = fc.forecast(tenant_ids=[tenant.id], respread=fc.Respread(tenant.id, window, values["host"] or None,
                                                                      values["expression"] or None))
@@ -121,7 +121,7 @@ def forecast_spread(request):
     more = len(selected) > actions.MAX_BULK_SPREAD
     try:
         out = actions.spread_schedules(tenant, selected[:actions.MAX_BULK_SPREAD], int(raw),
-                                                by=actor_for(request), selection={"host": host, "expression": expression})
+                                       by=actor_for(request), selection={"host": host, "expression": expression})
     except ServiceError as e:
         messages.error(request, service_message(e))
         return redirect("dispatch-forecast")

@@ -292,7 +292,7 @@ def schedule_create(request):
     require(request.user, "operate_schedules", tenant.id)
     try:
         schedule = actions.create_schedule(tenant, given, by=actor_for(request),
-                                                    enabled=not request.POST.get("paused"), now=db_now(), owner=owner)
+                                           enabled=not request.POST.get("paused"), now=db_now(), owner=owner)
     except ServiceError as e:
         return render_view(request, "schedules/form.html", _form_context(request, values, service_errors(e), **ctx),
                            status=400)
@@ -432,7 +432,7 @@ def schedule_edit(request, pk):
     try:
         # merge: the form posts every field; a stale form writes only what its editor changed.
         schedule = actions.edit_schedule(schedule, expected_version=expected, changes=given,
-                                                  by=actor_for(request), merge=True, owner=owner)
+                                         by=actor_for(request), merge=True, owner=owner)
     except EditConflict as e:
         current = Schedule.objects.select_related("current").get(id=schedule.id).current
         values, errors, conflicts = _conflict_context(e, given, version_fields(current), current.created_by)
