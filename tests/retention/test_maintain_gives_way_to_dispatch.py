@@ -104,13 +104,22 @@ def waits_of(pid) -> tuple:
     return waiting, {r for r, granted, mode in rows if granted and mode == "AccessExclusiveLock"}
 
 
+def backends() -> list:
+    """Every other backend of this database: what it runs and waits for (a failure's evidence)."""
+    with connection.cursor() as cur:
+        cur.execute("""SELECT pid, state, wait_event_type, wait_event, left(query, 120) FROM pg_stat_activity
+                       WHERE datname = current_database() AND pid <> pg_backend_pid()""")
+        return cur.fetchall()
+
+
 def maintain_beside(hot: Thread, hold: Hold) -> list:
     """Start the hot path and let it stop holding its locks; run one maintenance step beside it
     until that step waits for a lock (or ends); let the hot path go on. Returns what maintenance
     was seen waiting for, with what it held then."""
     hold.thread = hot
     hot.start()
-    assert hold.holding.wait(WAIT), f"the hot path did not get to its locks: {hot.error!r}"
+    assert hold.holding.wait(WAIT), (f"the hot path did not get to its locks: {hot.error!r}, alive "
+                                     f"{hot.is_alive()}, waiting for {waits_of(hot.pid)[0]!r}; {backends()}")
     maint = Thread(lambda: Maintenance().step())
     maint.start()
     assert maint.ready.wait(WAIT)
