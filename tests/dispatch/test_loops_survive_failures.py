@@ -154,7 +154,10 @@ def test_a_scan_step_whose_session_is_terminated_mid_transaction_makes_the_run_o
         make_due(s)
     s = store()
     cut = TerminateMidStep(s.schedule_advance_many, times=2)  # after the runs were inserted in the same transaction
-    monkeypatch.setattr(s, "schedule_advance_many", cut)
+    # Into the shared store's own attributes, so that undoing it leaves none behind: monkeypatch's
+    # setattr on an instance restores the bound method as an instance attribute, which then hid
+    # every later test's patch of the class (a later test's hold never took hold).
+    monkeypatch.setitem(vars(s), "schedule_advance_many", cut)
     with running(Scanner()):
         wait_for(lambda: Run.objects.filter(schedule__in=schedules).count() == 3)
         time.sleep(0.5)  # the scanner goes on scanning: nothing is made twice
@@ -170,7 +173,7 @@ def test_a_reconcile_step_whose_session_is_terminated_mid_transaction_recovers_t
     Run.objects.filter(id=c.run_id).update(lease_until=db_now() - timedelta(seconds=5))
     s = store()
     cut = TerminateMidStep(s.run_apply_updates)  # after the attempt was marked unknown
-    monkeypatch.setattr(s, "run_apply_updates", cut)
+    monkeypatch.setitem(vars(s), "run_apply_updates", cut)
     with running(Reconciler()):
         wait_for(lambda: Run.objects.get(id=c.run_id).state != "leased")
     assert cut.terminated == 1
@@ -210,7 +213,7 @@ def test_a_worker_whose_session_is_terminated_mid_step_delivers_every_run(tenant
     st = store()
     method = {"claim": "run_claim_due", "complete": "run_complete"}[step]
     cut = TerminateMidStep(getattr(st, method))
-    monkeypatch.setattr(st, method, cut)
+    monkeypatch.setitem(vars(st), method, cut)
     stop = threading.Event()
     t = threading.Thread(target=run_worker, args=("w-cut",), kwargs={"stop": stop, "poll_seconds": 0.1}, daemon=True)
     t.start()
