@@ -29,6 +29,7 @@ from runs.decisions import Claimed, Decided, completion_kind
 from runs.partitions import LIVE_FLOOR_SQL
 from runs.store.history import PostgresHistory
 from runs.store.portable import PortableStore, _keep_recent_count
+from scheduler_project.foundation.dbplanner import BY_KEY_FOR_THE_TRANSACTION
 from scheduler_project.foundation.postgresql.prepared import prepared_cursor
 
 
@@ -475,7 +476,7 @@ def _copy_value(field):
 # every leased run of the partition (run_leased_idx) and every attempt (a sequential scan), a cost
 # that grew with the burst until completions took minutes (tests/core/test_plans_without_statistics.py).
 # Only for the rest of the transaction, and set in the same round trip as the floor's read.
-_BY_PRIMARY_KEY = ", set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)"
+_BY_PRIMARY_KEY = BY_KEY_FOR_THE_TRANSACTION
 
 
 _INSERTS: dict = {}

@@ -12,6 +12,9 @@ from contextlib import contextmanager
 from django.db import connection
 
 _SETTINGS = ("enable_seqscan", "enable_bitmapscan")
+# The same, as select-list items to append to a statement the caller sends anyway (no round trip
+# of its own); for the rest of the transaction, as the run store's completions want it.
+BY_KEY_FOR_THE_TRANSACTION = "".join(f", set_config('{s}', 'off', true)" for s in _SETTINGS)
 
 
 @contextmanager
