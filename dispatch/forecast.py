@@ -24,6 +24,7 @@ bench/README.md ("Issue 28"). docs/portal.md, "Forecast", says what the page sho
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus, TargetPrefix, TenantScheduleCount
 from schedules.services import rule_for
 from schedules.spread import spread_offset, spread_problem
-from schedules.targets import target_host
+from schedules.targets import host_key, target_host
 
 # name, span, bucket
 TIERS = (
@@ -191,8 +192,9 @@ _HOST_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 def host_problem(host: str) -> str | None:
     """Why `host` cannot be a target host filter ("host:port", as run lists and budgets name
     targets), or None."""
-    if len(host) > 300 or not host or not set(host) <= _HOST_CHARS:
-        return "give a target as host:port (letters, digits, '.', '-', ':' and brackets; at most 300 characters)"
+    if len(host) > 300 or not host or not set(host) <= _HOST_CHARS or host_key(host) is None:
+        return ("give a target as host:port, e.g. billing.internal:443 or [::1]:9000 (letters, digits, '.', '-', "
+                "':' and brackets; a port from 1 to 65535; at most 300 characters)")
     return None
 
 
@@ -421,6 +423,9 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
     distinct rule expanded once, each group counted per bucket; past OCCURRENCE_BUDGET a sample
     (halved each time) is counted again."""
     now = now or db_now()
+    host = (host_key(host) or host) if host else None  # as typed (`[::1]:9000`) to as kept (`::1:9000`)
+    if respread is not None and respread.host:
+        respread = dataclasses.replace(respread, host=host_key(respread.host) or respread.host)
     tiers = _buckets(now)
     waiting = _materialised(tiers, tenant_ids, host, now)
     start = now.replace(second=0, microsecond=0)

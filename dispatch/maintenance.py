@@ -1,8 +1,8 @@
 """The `maintain` loop: keeps the history tables' partitions ahead of time, seals the quiet ones,
 and removes history past its retention (runs.partitions, runs.retention; docs/scaling.md "What an
-operator runs and watches"), and folds the forecast's kept counts (dispatch.forecast_store). It runs in `manage.py scheduler` beside the reconciler and as its own
-command, `manage.py maintain`; any number of copies may run, one does the work at a time (an
-advisory lock on PostgreSQL).
+operator runs and watches"), and folds the forecast's kept counts (dispatch.forecast_store). It
+runs in `manage.py scheduler` beside the reconciler and as its own command, `manage.py maintain`;
+any number of copies may run, one does the work at a time (an advisory lock on PostgreSQL).
 
 Each step does at most one partition removal and one batch per tenant rule, then reports whether
 more is due, so the runner's shutdown and failure handling apply between units as in every loop.

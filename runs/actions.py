@@ -49,7 +49,7 @@ from schedules.services import (
     version_fields,
     with_spread_offset,
 )
-from schedules.targets import target_host
+from schedules.targets import host_key, target_host
 
 # An owner argument not given: create takes the tenant's default owner, edit leaves it.
 UNSET = object()
@@ -494,6 +494,7 @@ def schedules_for_spread(tenant: Tenant, *, host: str | None = None, expression:
     `without_window`: leave out those that have this window already, so a selection larger than
     one bulk change is applied in parts, each taking the next ones."""
 
+    host = (host_key(host) or host) if host else None  # as typed (`[::1]:9000`) to as kept (`::1:9000`)
     qs = Schedule.objects.filter(tenant=tenant, status=ScheduleStatus.ACTIVE).select_related("current")
     if expression:
         qs = qs.filter(current__expression=expression)

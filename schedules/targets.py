@@ -180,6 +180,27 @@ def target_host(url: str) -> str:
     return f"{_norm_host(parsed.raw_host or '')}:{parsed.port}"
 
 
+def host_key(text: str) -> str | None:
+    """The key target_host gives (`example.com:443`, `::1:9000`) for one a person typed as a
+    filter (`Example.COM:443`, `[::1]:9000`, or the key itself), or None when it is not a host
+    and a port: a filter that can match nothing is refused rather than answered with nothing."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if ":" not in host:
+            return None
+    elif "[" in host or "]" in host:
+        return None
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host.split("%")[0])
+        except ValueError:
+            return None
+    return f"{_norm_host(host)}:{int(port)}"
+
+
 # --------------------------------------------------------------------------- headers
 
 MAX_HEADER_NAME = 100

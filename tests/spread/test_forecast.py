@@ -104,3 +104,27 @@ def test_a_peak_beyond_the_observed_capacity_warns(tenant, target):
     f = fc.forecast()
     assert f.capacity.peak_runs_per_second == 10
     assert any(w.startswith(minute.strftime("%H:%M") + ": 2,000 due; at the observed 10.0 runs/s") for w in f.warnings), f.warnings
+
+
+def test_a_host_filter_is_read_as_the_target_key_it_names(tenant, target):
+    minute = _minute_ahead()
+    make_schedule(tenant, target.url + "/d", expression=f"{minute.minute} {minute.hour} * * *")
+    # A port written with a leading zero still names the same target.
+    assert _hour_bucket(fc.forecast(tenant_ids=[tenant.id], host=f"127.0.0.1:0{target.port}"), minute).due == 1
+
+
+@pytest.mark.parametrize("typed,key", [
+    ("Example.COM:443", "example.com:443"), ("[::1]:9000", "::1:9000"), ("::1:9000", "::1:9000"),
+    ("[2001:DB8::1]:80", "2001:db8::1:80"), ("example.com.:8080", "example.com:8080"),
+])
+def test_the_ways_to_type_a_host_give_its_key(typed, key):
+    from schedules.targets import host_key
+
+    assert host_key(typed) == key and fc.host_problem(typed) is None
+
+
+@pytest.mark.parametrize("garbage", ["[::1", "::1]:80", "[example.com]:80", "example.com", "example.com:",
+                                     "example.com:0", "example.com:65536", "example.com:99999", ":443",
+                                     "example.com:44a", "[]:80", "a:b:c", "x" * 301 + ":1", "ex ample.com:1"])
+def test_a_host_filter_that_can_match_nothing_is_refused(garbage):
+    assert fc.host_problem(garbage) is not None
