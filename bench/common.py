@@ -16,6 +16,7 @@ Only 127.0.0.1 is ever contacted (PostgreSQL and the target).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import platform
@@ -879,27 +880,11 @@ def load_schedules_fast(parts: list[dict]) -> list[ScheduleSet]:
     `time_zone` (default UTC) and `spread` (an SQL condition over n: those schedules get a 600 s
     spread window, their offset spread over it).
 
-    Steps: (1) the schedule and version tables' triggers (the deferred foreign-key checks, which
-    queue one event per row, and the tenants' counts) are switched off and their indexes other than
-    the keys dropped; (2) each part is one INSERT ... SELECT FROM generate_series per table, in one
-    transaction; (3) the indexes are built again (one sort each instead of one random insert per
-    row), the triggers switched on, the tenants' counts recounted as the migration counts them, and
-    the tables analysed. The rows are made by construction (every schedule's version exists), so
-    nothing is left unchecked that the triggers would have caught. Only for a bench database."""
-    from django.db import connection, transaction
-
-    tables = ("schedules_schedule", "schedules_scheduleversion")
-    indexes = sql(
-        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = ANY(%s) AND NOT EXISTS ("
-        "SELECT 1 FROM pg_constraint c WHERE c.conindid = (quote_ident(i.indexname))::regclass)",
-        [list(tables)],
-    )
-    for t in tables:
-        sql(f"ALTER TABLE {t} DISABLE TRIGGER ALL", fetch=False)
-    for name, _ in indexes:
-        sql(f'DROP INDEX "{name}"', fetch=False)
+    Each part is one INSERT ... SELECT FROM generate_series per table, in one transaction, inside
+    schedule_tables_bulk (triggers off, indexes built afterwards). The forecast's summary is left
+    for the caller to rebuild (bench/forecast_cost.py times it). Only for a bench database."""
     sets = []
-    try:
+    with schedule_tables_bulk(rebuild_forecast=False):
         for p in parts:
             p = dict(p)
             zone = p.pop("time_zone", "UTC")
@@ -919,12 +904,42 @@ def load_schedules_fast(parts: list[dict]) -> list[ScheduleSet]:
                     fetch=False)
             print(f"  loaded {s.count:,} ({p['tag']}) in {time.perf_counter() - t0:.1f} s", flush=True)
             sets.append(s)
+    return sets
+
+
+@contextlib.contextmanager
+def schedule_tables_bulk(*, rebuild_forecast: bool = True, log=print):
+    """Around a bulk load of schedules and versions: the two tables' triggers (the deferred
+    foreign-key checks, which queue one event per row, the tenants' counts and the forecast's
+    deltas) are switched off and their indexes other than the keys dropped; afterwards the indexes
+    are built again (one sort each instead of one random insert per row), the triggers switched
+    on, the tenants' counts recounted as the migration counts them, the forecast's summary rebuilt
+    from the schedules (unless the caller times that itself), and the tables analysed. The caller makes its rows complete by
+    construction (every schedule's version exists), so nothing is left unchecked that the triggers
+    would have caught. Only for a bench database nothing else writes meanwhile."""
+    from django.db import connection, transaction
+
+    from dispatch import forecast_store
+
+    tables = ("schedules_schedule", "schedules_scheduleversion")
+    indexes = sql(
+        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = ANY(%s) AND NOT EXISTS ("
+        "SELECT 1 FROM pg_constraint c WHERE c.conindid = (quote_ident(i.indexname))::regclass)",
+        [list(tables)],
+    )
+    for t in tables:
+        sql(f"ALTER TABLE {t} DISABLE TRIGGER ALL", fetch=False)
+    for name, _ in indexes:
+        sql(f'DROP INDEX "{name}"', fetch=False)
+    try:
+        yield
     finally:
         t0 = time.perf_counter()
         with connection.cursor() as cur:
             cur.execute("SET maintenance_work_mem = '1GB'")
             for _, definition in indexes:
                 cur.execute(definition)
+            cur.execute("RESET maintenance_work_mem")
         for t in tables:
             sql(f"ALTER TABLE {t} ENABLE TRIGGER ALL", fetch=False)
         with transaction.atomic():
@@ -933,9 +948,10 @@ def load_schedules_fast(parts: list[dict]) -> list[ScheduleSet]:
                 "SELECT s.tenant_id, 0, count(*), count(*) FILTER (WHERE v.sub_minute) "
                 "FROM schedules_schedule s LEFT JOIN schedules_scheduleversion v ON v.id = s.current_id "
                 "WHERE s.status <> 'archived' GROUP BY s.tenant_id", fetch=False)
-        print(f"  indexes built and counts recounted in {time.perf_counter() - t0:.1f} s", flush=True)
-    vacuum_analyze(*tables)
-    return sets
+        if rebuild_forecast:
+            forecast_store.rebuild()
+        log(f"  indexes built, counts recounted{' and the forecast rebuilt' if rebuild_forecast else ''} in {time.perf_counter() - t0:.1f} s")
+        vacuum_analyze(*tables)
 
 
 def _load_ordered(tag: str, tenant: Tenant, count: int, *, target_url: str, expression: str,

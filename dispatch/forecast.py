@@ -17,8 +17,8 @@ Either way the schedules are grouped in the database by everything the buckets d
 zone, DST policy, anchor where the rule counts from it, next instant, spread offset, grace, target):
 most fleets share few distinct rules, so 20,000 schedules `0 0 * * *` are one row and the Python
 work is per group. Each distinct rule is expanded once over the window (dispatch.forecast_counts:
-rate() and cron by arithmetic, other rules walked, bounded), and each group counted per bucket from
-it. Past OCCURRENCE_BUDGET of that work the sample is halved and counted again. Measured in
+rate(), cron and RRULEs that repeat within a day by arithmetic, other rules walked, bounded), and
+each group counted per bucket from it. Past OCCURRENCE_BUDGET of that work the sample is halved and counted again. Measured in
 bench/README.md ("Issue 28"). docs/portal.md, "Forecast", says what the page shows.
 """
 

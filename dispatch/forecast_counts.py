@@ -11,6 +11,12 @@ and `first_at_or_after(t)`:
   offset: listed from the day filter and the minute list without resolving each one through the
   zone. Within AROUND_CHANGE of a change (a DST day) the rule itself is walked, so gaps, repeats and
   the DST policy are the rule's own.
+- an RRULE whose wall times repeat with a period of at most a day (see `rrule_period`), in a zone
+  whose UTC offset does not change within AROUND_CHANGE of the range: one period walked from the
+  first occurrence in the range, then repeated (instants after the first occurrence are the
+  period's shifted: the rule has started, and a constant offset maps equal wall steps to equal
+  real steps), each range counted by arithmetic. `FREQ=MINUTELY;BYSECOND=37` walks one instant
+  instead of a week's 10,080.
 - everything else (RRULE, at()): walked, at most RULE_OCCURRENCES (a rule with more in the range
   is counted up to that many and reported as truncated); the forecast also caps what one forecast
   walks over all its rules (dispatch.forecast.WALK_BUDGET), since walking is the costly part.
@@ -24,6 +30,8 @@ from __future__ import annotations
 import bisect
 import math
 from datetime import datetime, timedelta, timezone
+
+from schedules.timeexpr.rrule import DAILY, HOURLY, MINUTELY, SECONDLY
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -113,8 +121,102 @@ def occurrence_counts(rule, lo: datetime, hi: datetime, end_at: datetime | None 
         return RateCounts(seconds(rule.anchor), int(rule.interval.total_seconds()), lo_s, hi_s)
     if rule.kind == "cron" and hasattr(rule, "walls") and hasattr(rule.walls, "_times"):
         return Counts(_cron_instants(rule, lo, hi, lo_s, hi_s))
+    period = rrule_period(rule)
+    if period and not _changes(rule.zone, lo - AROUND_CHANGE, hi + AROUND_CHANGE):
+        return _periodic_counts(rule, lo, hi, period, walk_limit)
     instants, cut = walk(rule, lo, hi, walk_limit)
     return Counts(instants, truncated=cut, walked=True)
+
+
+def rrule_period(rule) -> int | None:
+    """Seconds after which an RRULE's wall times repeat, when that is at most a day; else None.
+    Only rules with no calendar filter (month, week number, year day, month day, weekday), no
+    COUNT and no UNTIL (each makes days differ): DAILY every day repeats daily; HOURLY, MINUTELY
+    and SECONDLY whose step divides a day repeat daily, and every step when no BYHOUR, BYMINUTE or
+    BYSECOND leaves a slot out (BYSETPOS picks the same offsets in every slot)."""
+    walls = getattr(rule, "walls", None)
+    spec = getattr(walls, "spec", None)
+    if rule.kind != "rrule" or spec is None or getattr(rule, "until", None) is not None:
+        return None
+    if (spec.count is not None or spec.until_wall is not None or spec.until_instant is not None
+            or spec.bymonth or spec.byweekno or spec.byyearday or spec.bymonthday or spec.byday_plain
+            or spec.byday_nth):
+        return None
+    if spec.freq == DAILY:
+        return 86_400 if spec.interval == 1 else None
+    unit = _SUB_DAILY_UNIT.get(spec.freq)
+    if unit is None:
+        return None
+    step = spec.interval * unit
+    if 86_400 % step:
+        return None
+    full = {3600: ("byhour",), 60: ("byhour", "byminute"), 1: ("byhour", "byminute", "bysecond")}[unit]
+    every_slot = all(getattr(spec, f) is None or len(getattr(spec, f)) == _FIELD_SIZE[f] for f in full)
+    return step if every_slot else 86_400
+
+
+_SUB_DAILY_UNIT = {HOURLY: 3600, MINUTELY: 60, SECONDLY: 1}
+_FIELD_SIZE = {"byhour": 24, "byminute": 60, "bysecond": 60}
+
+
+class PeriodicCounts:
+    """Instants that repeat every `period` seconds from the first one, f, within [lo, hi): one
+    period's instants kept, every range counted by arithmetic and bisection (an every-second rule's
+    week is not listed)."""
+
+    truncated = False
+
+    def __init__(self, one_period: list, period: int, lo: int, hi: int):
+        self.f = one_period[0]
+        self.rel = [t - self.f for t in one_period]
+        self.period, self.lo, self.hi = period, max(lo, self.f), hi
+        self.walked = len(one_period)
+        self.minute_aligned = period % 60 == 0 and all(t % 60 == 0 for t in one_period)
+
+    def _before(self, x: int) -> int:
+        """How many instants from f on are < x."""
+        if x <= self.f:
+            return 0
+        q, r = divmod(x - self.f, self.period)
+        return q * len(self.rel) + bisect.bisect_left(self.rel, r)
+
+    def __len__(self) -> int:
+        return self.count(self.lo, self.hi)
+
+    def count(self, a: int, b: int) -> int:
+        a, b = max(a, self.lo), min(b, self.hi)
+        return self._before(b) - self._before(a) if b > a else 0
+
+    def first_at_or_after(self, t: int) -> int | None:
+        q, r = divmod(max(t, self.lo) - self.f, self.period)
+        i = bisect.bisect_left(self.rel, r)
+        if i == len(self.rel):
+            q, i = q + 1, 0
+        at = self.f + q * self.period + self.rel[i]
+        return at if at < self.hi else None
+
+    def between(self, a: int, b: int) -> list:
+        a, b = max(a, self.lo), min(b, self.hi)
+        out = []
+        t = self.first_at_or_after(a) if b > a else None
+        while t is not None and t < b:
+            out.append(t)
+            t = self.first_at_or_after(t + 1)
+        return out
+
+
+def _periodic_counts(rule, lo: datetime, hi: datetime, period: int, walk_limit: int):
+    """A periodic rule's instants in [lo, hi): the first period from its first occurrence in the
+    range walked (at most walk_limit: past it, those walked, reported as truncated, as the walk
+    from lo would), the rest by arithmetic."""
+    lo_s, hi_s = math.ceil((lo - EPOCH).total_seconds()), math.ceil((hi - EPOCH).total_seconds())
+    first = next((o for o in rule.iter_after(lo - timedelta(microseconds=1)) if not o.dropped), None)
+    if first is None or first.at >= hi:
+        return Counts([])
+    one, cut = walk(rule, first.at, min(hi, first.at + timedelta(seconds=period)), limit=walk_limit)
+    if cut:
+        return Counts(one, truncated=True, walked=True)
+    return PeriodicCounts(one, period, lo_s, hi_s)
 
 
 def walk(rule, lo: datetime, hi: datetime, limit: int = RULE_OCCURRENCES) -> tuple[list, bool]:

@@ -1,5 +1,5 @@
 """The forecast counts a rule's occurrences by arithmetic where the rule allows it (rate(), cron
-away from UTC-offset changes): the instants and every range's count equal those of walking the
+away from UTC-offset changes, RRULEs that repeat within a day): the instants and every range's count equal those of walking the
 rule one next_after at a time, on random rules in zones with and without DST (half-hour and
 45-minute offsets too), over weeks that hold DST days, under every DST policy."""
 
@@ -107,7 +107,71 @@ def test_an_end_bounds_the_counts():
 
 
 def test_other_rules_are_walked_and_bounded():
+    # A month-day filter makes days differ: walked, and cut at the bound.
+    rule = timeexpr.parse("RRULE:FREQ=SECONDLY;BYMONTHDAY=1,2,3,4,5,6,7,8", "UTC", anchor=datetime(2026, 1, 1, tzinfo=UTC))
+    lo = datetime(2026, 3, 1, tzinfo=UTC)
+    got = fcounts.occurrence_counts(rule, lo, lo + timedelta(days=7))
+    assert fcounts.rrule_period(rule) is None
+    assert got.truncated and len(got) == fcounts.RULE_OCCURRENCES
+
+
+def test_a_periodic_rule_with_more_in_one_period_than_the_bound_is_cut_there():
+    rule = timeexpr.parse("RRULE:FREQ=SECONDLY;BYHOUR=1,2,3,4,5,6,7,8,9,10", "UTC", anchor=datetime(2026, 1, 1, tzinfo=UTC))
+    lo = datetime(2026, 3, 1, tzinfo=UTC)
+    got = fcounts.occurrence_counts(rule, lo, lo + timedelta(days=7))
+    assert fcounts.rrule_period(rule) == 86_400
+    assert got.truncated and got.between(-10 ** 12, 10 ** 12) == fcounts.walk(rule, lo, lo + timedelta(days=7))[0]
+
+
+def test_an_every_second_rule_is_counted_without_listing_its_week():
     rule = timeexpr.parse("RRULE:FREQ=SECONDLY", "UTC", anchor=datetime(2026, 1, 1, tzinfo=UTC))
     lo = datetime(2026, 3, 1, tzinfo=UTC)
     got = fcounts.occurrence_counts(rule, lo, lo + timedelta(days=7))
-    assert got.truncated and len(got) == fcounts.RULE_OCCURRENCES
+    assert isinstance(got, fcounts.PeriodicCounts) and not got.truncated
+    assert len(got) == 7 * 86_400 and got.walked == 1
+    assert got.count(fcounts.seconds(lo) + 10, fcounts.seconds(lo) + 70) == 60
+
+
+def _rrule(rng):
+    """A random RRULE, most of them of the shapes that repeat within a day."""
+    freq = rng.choice(("SECONDLY", "MINUTELY", "MINUTELY", "HOURLY", "HOURLY", "DAILY"))
+    parts = [f"FREQ={freq}"]
+    if rng.random() < 0.4:
+        parts.append(f"INTERVAL={rng.choice((1, 2, 3, 5, 7, 10, 15, 20, 45, 90))}")
+    if freq != "SECONDLY" and rng.random() < 0.6:
+        parts.append("BYSECOND=" + ",".join(str(v) for v in sorted(rng.sample(range(60), rng.randint(1, 2)))))
+    if freq in ("HOURLY", "DAILY") and rng.random() < 0.6:
+        parts.append("BYMINUTE=" + ",".join(str(v) for v in sorted(rng.sample(range(60), rng.randint(1, 3)))))
+    if rng.random() < 0.3:
+        parts.append("BYHOUR=" + ",".join(str(v) for v in sorted(rng.sample(range(24), rng.randint(1, 4)))))
+    if freq == "SECONDLY":
+        parts.append("BYMINUTE=" + ",".join(str(v) for v in sorted(rng.sample(range(60), 2))))
+        parts.append("BYHOUR=" + str(rng.randint(0, 23)))
+    if rng.random() < 0.15:
+        parts.append("BYDAY=" + rng.choice(("MO,TU", "SA,SU", "WE")))
+    if rng.random() < 0.1:
+        parts.append(f"BYMONTHDAY={rng.randint(1, 28)}")
+    return "RRULE:" + ";".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rrules_counted_by_period_equal_the_walk(seed):
+    rng = random.Random(seed)
+    periodic = 0
+    for _ in range(8):
+        expression = _rrule(rng)
+        zone = rng.choice(ZONES)
+        policy = timeexpr.DstPolicy(rng.choice(SKIPPED_CHOICES), rng.choice(REPEATED_CHOICES))
+        anchor = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randint(0, 300 * 86_400))
+        try:
+            rule = timeexpr.parse(expression, zone, anchor=anchor, dst_policy=policy)
+        except timeexpr.ExpressionError:
+            continue
+        periodic += fcounts.rrule_period(rule) is not None
+        lo = rng.choice(WEEK_STARTS) + timedelta(seconds=rng.randint(0, 86_400))
+        if fcounts.walk(rule, lo, lo + timedelta(days=7, hours=1), limit=30_000)[1]:
+            continue  # more than a test should walk
+        _check(rule, lo, lo + timedelta(days=7, hours=1), rng)
+        # A window that starts before the rule's first instant counts from it on.
+        _check(rule, anchor - timedelta(days=1, seconds=rng.randint(0, 3600)), anchor + timedelta(days=6), rng)
+    assert periodic  # the seeds reach the arithmetic path
