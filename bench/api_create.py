@@ -5,6 +5,7 @@ key, the tenant's allowlist, the audit log), as a load test from outside would.
                                          [--client requests|http] [--gunicorn-threads N]
     .venv/bin/python bench/api_create.py --client wrk --seconds 20 --repeats 3   # the default when wrk is installed
     .venv/bin/python bench/api_create.py --bulk 1000 --creates 500000 --threads 2 --repeats 1
+    .venv/bin/python bench/api_create.py --with-bulk 1000 --repeats 3     # single, floor and bulk interleaved
 
 Per repeat: N `POST /api/v1/schedules` (one-time `at(...)` schedules) from client threads with
 keep-alive sessions, on the same machine as gunicorn and PostgreSQL (the client's CPU counts
@@ -18,7 +19,8 @@ schedules created per second and the p50/p99 request time, and for single create
 create cost gunicorn, PostgreSQL (all its processes) and the client; every answer must be 201
 (every item 201 in a batch), and the database must hold every schedule. With wrk installed (Debian's
 package `wrk`) the single creates come from it by default (bench/api_create_wrk.lua), for
-`--seconds` per repeat: a C load generator whose CPU per request is a tenth of http.client's and a
+`--seconds` per repeat (interleaved with the DRF floor app, bench/drf_floor, and with `--with-bulk K`
+a bulk round after each, so both ratios of issue 31 come from one command): a C load generator whose CPU per request is a tenth of http.client's and a
 tenth of requests', so the 2 cores shared with the server go almost all to the server, as they would
 with the clients on other machines. `--client requests|http` measures with those Python clients.
 
@@ -264,6 +266,10 @@ def main():
     ap.add_argument("--threads", type=int, default=8, help="client threads, each with a keep-alive session")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--bulk", type=int, default=0, help="items per POST /schedules/batch (0: single creates)")
+    ap.add_argument("--with-bulk", type=int, default=0,
+                    help="single creates, and after each round a bulk round of this many items per batch "
+                         "(--bulk-creates schedules): the bulk / single ratio in one command (issue 31)")
+    ap.add_argument("--bulk-creates", type=int, default=40_000, help="schedules per bulk round with --with-bulk")
     ap.add_argument("--quota", type=int, default=1_000_000_000,
                     help="the tenant's schedule quota (SCHEDULER_MAX_SCHEDULES_PER_TENANT): by default one that "
                          "applies, as a deployment's does, and is never reached; 0: no quota")
@@ -332,7 +338,7 @@ def main():
             warm = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
         else:
             warm = 0
-        results, floors = [], []
+        results, floors, bulks = [], [], []
         for rep in range(args.repeats):
             r = one_run(args, url, key, f"r{rep}")
             results.append(r)
@@ -350,9 +356,21 @@ def main():
                       f"{f['p50'] * 1000:.1f} ms p99 {f['p99'] * 1000:.1f} ms, answers {f['codes']}; CPU per create: "
                       f"gunicorn {cpu['gunicorn']:.2f} ms, PostgreSQL {cpu['postgres']:.2f} ms; ours/floor "
                       f"{r['rate'] / f['rate']:.2f}x", flush=True)
+            if args.with_bulk:
+                single = (args.bulk, args.creates)
+                args.bulk, args.creates = args.with_bulk, args.bulk_creates
+                try:
+                    b = bulk_run(args, url, key, f"b{rep}")
+                finally:
+                    args.bulk, args.creates = single
+                bulks.append(b)
+                print(f"  [#{rep + 1}] bulk: {b['created']} schedules in batches of {args.with_bulk} in {b['wall']:.1f}s: "
+                      f"{b['rate']:.0f}/s, request p50 {b['p50'] * 1000:.0f} ms, answers {b['codes']}; bulk/single "
+                      f"{b['rate'] / r['rate']:.1f}x", flush=True)
         ok = all(set(r["codes"]) == {201} for r in results) and all(r.get("created", r["n"]) == r["n"] for r in results)
         made = C.sql("SELECT count(*) FROM schedules_schedule")[0][0]
-        ok = ok and made == warm + sum(r["n"] for r in results)
+        ok = ok and all(set(b["codes"]) == {201} and b["created"] == b["n"] for b in bulks)
+        ok = ok and made == warm + sum(r["n"] for r in results) + sum(b["created"] for b in bulks)
         how = f"batches of {args.bulk} (POST /api/v1/schedules/batch)" if args.bulk else "single creates"
         if args.client == "wrk" and not args.bulk:
             how += f", as many as {args.seconds} s of wrk make,"
@@ -379,8 +397,16 @@ def main():
             per = ", ".join(f"{r['rate'] / f['rate']:.2f}" for r, f in zip(results, floors))
             print(f"  ours / floor  {ratio:.2f}x (per round: {per}); "
                   f"goal (issue 31) >= 1.0x: {'met' if ratio >= 1.0 else 'NOT met'}")
+        if bulks:
+            ratio = C.median([b["rate"] for b in bulks]) / C.median([r["rate"] for r in results])
+            per = ", ".join(f"{b['rate'] / r['rate']:.1f}" for r, b in zip(results, bulks))
+            print(f"  bulk          {C.spread([b['rate'] for b in bulks], 0)} schedules/s in batches of {args.with_bulk} "
+                  f"(requests, {args.threads} threads), interleaved")
+            print(f"  bulk / single {ratio:.1f}x (per round: {per}); goal (issue 31) >= 15x: "
+                  f"{'met' if ratio >= 15 else 'NOT met'}")
+        sent = sum(r["n"] for r in results) + sum(b["n"] for b in bulks)
         print(f"  check         {'OK: every answer 201' if ok else 'NOT every answer was 201'}, "
-              f"{made - warm} schedules in the database (of {sum(r['n'] for r in results)} sent; {warm} more from the "
+              f"{made - warm} schedules in the database (of {sent} sent; {warm} more from the "
               f"warm-up); load "
               + "/".join(f"{x:.2f}" for x in os.getloadavg()))
     finally:
