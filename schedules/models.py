@@ -252,9 +252,14 @@ class Schedule(models.Model):
                 name="schedule_due_idx",
                 condition=Q(enabled=True, status="active", next_run_at__isnull=False),
             ),
-            models.Index(fields=["tenant", "-created_at"], name="schedule_tenant_created_idx"),
-            # Lists filtered by owner (API, portal) and the owner's page; owned schedules only.
-            models.Index(fields=["owner", "-created_at"], name="schedule_owner_created_idx",
+            # The schedule lists' keyset order (web.pagination.SCHEDULE_PAGES: -created_at, -id),
+            # read as an index range from the cursor: the operator's list across tenants, one
+            # tenant's (API and portal), one owner's (owned schedules only). Without the id a
+            # page sorted every tie of created_at (a bulk create shares one), and without the
+            # first an operator's page sorted every schedule (found by bench/soak.py at ten million).
+            models.Index(fields=["-created_at", "-id"], name="schedule_list_idx"),
+            models.Index(fields=["tenant", "-created_at", "-id"], name="schedule_tenant_list_idx"),
+            models.Index(fields=["owner", "-created_at", "-id"], name="schedule_owner_list_idx",
                          condition=Q(owner__isnull=False)),
         ]
         constraints = [

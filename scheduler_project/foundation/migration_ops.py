@@ -23,3 +23,26 @@ class AddIndexConcurrently(migrations.AddIndex):
                 schema_editor.execute(self.index.remove_sql(model, schema_editor, concurrently=True))
             else:
                 schema_editor.remove_index(model, self.index)
+
+
+class RemoveIndexConcurrently(migrations.RemoveIndex):
+    """DROP INDEX CONCURRENTLY on PostgreSQL (a plain drop waits for, and then blocks, every
+    reader and writer of the table); a plain drop elsewhere. The migration must set `atomic = False`."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+            if schema_editor.connection.vendor == "postgresql":
+                schema_editor.execute(index.remove_sql(model, schema_editor, concurrently=True))
+            else:
+                schema_editor.remove_index(model, index)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+            if schema_editor.connection.vendor == "postgresql":
+                schema_editor.execute(index.create_sql(model, schema_editor, concurrently=True))
+            else:
+                schema_editor.add_index(model, index)

@@ -198,7 +198,7 @@ class Keyset:
 # columns in these directions).
 # run_tenant_time_idx / run_schedule_time_idx: (tenant | schedule, -scheduled_time, -id).
 RUN_PAGES = Keyset("runs", ("-scheduled_time", "-id"))
-# schedule_tenant_created_idx: (tenant, -created_at).
+# schedule_list_idx / schedule_tenant_list_idx / schedule_owner_list_idx: (all | tenant | owner, -created_at, -id).
 SCHEDULE_PAGES = Keyset("schedules", ("-created_at", "-id"))
 KEY_PAGES = Keyset("keys", ("-created_at", "-id"))
 # audit_tenant_at_idx: (tenant, -at).
