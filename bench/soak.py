@@ -749,7 +749,15 @@ def main():
     plan.strict_spike = args.strict_spike if args.strict_spike is not None else not short
     if os.geteuid() != 0:
         raise SystemExit("soak needs root: network namespaces, and pg_autoctl run as the postgres user")
+    # SIGTERM (a supervisor, `kill`) stops the run as Ctrl-C does: through run()'s teardown, which
+    # stops the processes and removes the formation and the network namespaces; Python's default
+    # would end the process at once and leave all of them behind.
+    signal.signal(signal.SIGTERM, _interrupt)
     sys.exit(run(plan, args))
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run(plan: Plan, args) -> int:
