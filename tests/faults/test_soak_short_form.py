@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_SECONDS = 20 * 60
 
 
+# Above the suite's per-test timeout (pyproject's 300 s), which killed the soak mid-run with
+# SIGKILL, leaving its formation and processes behind; the soak's own bound is TIMEOUT_SECONDS.
+@pytest.mark.timeout(TIMEOUT_SECONDS + 120)
 def test_the_soak_short_form_loses_nothing(capsys):
     if os.geteuid() != 0:
         pytest.fail("the soak needs root: network namespaces, pg_autoctl as the postgres user (CI runs as root)")
