@@ -914,9 +914,10 @@ def schedule_tables_bulk(*, rebuild_forecast: bool = True, log=print):
     deltas) are switched off and their indexes other than the keys dropped; afterwards the indexes
     are built again (one sort each instead of one random insert per row), the triggers switched
     on, the tenants' counts recounted as the migration counts them, the forecast's summary rebuilt
-    from the schedules (unless the caller times that itself), and the tables analysed. The caller makes its rows complete by
-    construction (every schedule's version exists), so nothing is left unchecked that the triggers
-    would have caught. Only for a bench database nothing else writes meanwhile."""
+    from the schedules (unless the caller times that itself), and the tables analysed. The caller
+    makes its rows complete by construction (every schedule's version exists), so nothing is left
+    unchecked that the triggers would have caught. Only for a bench database nothing else writes
+    meanwhile."""
     from django.db import connection, transaction
 
     from dispatch import forecast_store
@@ -950,7 +951,8 @@ def schedule_tables_bulk(*, rebuild_forecast: bool = True, log=print):
                 "WHERE s.status <> 'archived' GROUP BY s.tenant_id", fetch=False)
         if rebuild_forecast:
             forecast_store.rebuild()
-        log(f"  indexes built, counts recounted{' and the forecast rebuilt' if rebuild_forecast else ''} in {time.perf_counter() - t0:.1f} s")
+        rebuilt = " and the forecast rebuilt" if rebuild_forecast else ""
+        log(f"  indexes built, counts recounted{rebuilt} in {time.perf_counter() - t0:.1f} s")
         vacuum_analyze(*tables)
 
 

@@ -18,8 +18,9 @@ zone, DST policy, anchor where the rule counts from it, next instant, spread off
 most fleets share few distinct rules, so 20,000 schedules `0 0 * * *` are one row and the Python
 work is per group. Each distinct rule is expanded once over the window (dispatch.forecast_counts:
 rate(), cron and RRULEs that repeat within a day by arithmetic, other rules walked, bounded), and
-each group counted per bucket from it. Past OCCURRENCE_BUDGET of that work the sample is halved and counted again. Measured in
-bench/README.md ("Issue 28"). docs/portal.md, "Forecast", says what the page shows.
+each group counted per bucket from it. Past OCCURRENCE_BUDGET of that work the sample is halved and
+counted again. Measured in bench/README.md ("Issue 28"). docs/portal.md, "Forecast", says what the
+page shows.
 """
 
 from __future__ import annotations

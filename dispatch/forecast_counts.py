@@ -123,7 +123,7 @@ def occurrence_counts(rule, lo: datetime, hi: datetime, end_at: datetime | None 
         return Counts(_cron_instants(rule, lo, hi, lo_s, hi_s))
     period = rrule_period(rule)
     if period and not _changes(rule.zone, lo - AROUND_CHANGE, hi + AROUND_CHANGE):
-        return _periodic_counts(rule, lo, hi, period, walk_limit)
+        return _periodic_counts(rule, lo, hi, lo_s, hi_s, period, walk_limit)
     instants, cut = walk(rule, lo, hi, walk_limit)
     return Counts(instants, truncated=cut, walked=True)
 
@@ -205,11 +205,10 @@ class PeriodicCounts:
         return out
 
 
-def _periodic_counts(rule, lo: datetime, hi: datetime, period: int, walk_limit: int):
+def _periodic_counts(rule, lo: datetime, hi: datetime, lo_s: int, hi_s: int, period: int, walk_limit: int):
     """A periodic rule's instants in [lo, hi): the first period from its first occurrence in the
     range walked (at most walk_limit: past it, those walked, reported as truncated, as the walk
     from lo would), the rest by arithmetic."""
-    lo_s, hi_s = math.ceil((lo - EPOCH).total_seconds()), math.ceil((hi - EPOCH).total_seconds())
     first = next((o for o in rule.iter_after(lo - timedelta(microseconds=1)) if not o.dropped), None)
     if first is None or first.at >= hi:
         return Counts([])

@@ -71,6 +71,15 @@ def test_a_tenant_users_list(acme, schedules):
     assert_read_by(list_queries(acme, reverse("schedules-list")), "schedule_tenant_list_idx")
 
 
+def test_an_owners_page(operator, schedules, tenant):
+    from schedules.models import Schedule
+    from schedules.owners import create_owner
+
+    owner = create_owner(tenant, {"slug": "billing", "name": "Billing team"}, by=ACTOR)
+    Schedule.objects.filter(tenant=tenant).update(owner=owner)  # fixture set-up, not the feature
+    assert_read_by(list_queries(operator, reverse("incidents-owner", args=[owner.id])), "schedule_owner_list_idx")
+
+
 def test_the_api_list_and_its_next_page(api, schedules):
     first = api.get("/api/v1/schedules?limit=20")
     assert first.status_code == 200
