@@ -169,8 +169,8 @@ def test_rrules_counted_by_period_equal_the_walk(seed):
             continue
         periodic += fcounts.rrule_period(rule) is not None
         lo = rng.choice(WEEK_STARTS) + timedelta(seconds=rng.randint(0, 86_400))
-        if fcounts.walk(rule, lo, lo + timedelta(days=7, hours=1), limit=30_000)[1]:
-            continue  # more than a test should walk
+        if fcounts.walk(rule, lo, lo + timedelta(days=7, hours=1), limit=fcounts.RULE_OCCURRENCES)[1]:
+            continue  # a rule counted by walking is cut at RULE_OCCURRENCES (its own test above)
         _check(rule, lo, lo + timedelta(days=7, hours=1), rng)
         # A window that starts before the rule's first instant counts from it on.
         _check(rule, anchor - timedelta(days=1, seconds=rng.randint(0, 3600)), anchor + timedelta(days=6), rng)
