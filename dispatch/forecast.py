@@ -44,7 +44,7 @@ from schedules import timeexpr
 from schedules.models import Schedule, ScheduleStatus, TargetPrefix, TenantScheduleCount
 from schedules.services import rule_for
 from schedules.spread import spread_offset, spread_problem
-from schedules.targets import host_key, target_host
+from schedules.targets import UrlOrigin, host_key, target_host
 
 # name, span, bucket
 TIERS = (
@@ -248,10 +248,13 @@ def _anchored():
 
 def _grouped(qs, *, few: bool) -> list:
     """(expression, zone, dst_skipped, dst_repeated, end_at, anchor or None, next_run_at, offset,
-    grace, target_url, count) of the schedules of `qs`, grouped in the database: 20,000 schedules
-    `0 0 * * *` due at one midnight to one URL are one row. `few`: qs is a small part of the
+    grace, target origin, count) of the schedules of `qs`, grouped in the database: 20,000 schedules
+    `0 0 * * *` due at one midnight to one target are one row. `few`: qs is a small part of the
     schedules (a sample, one tenant)."""
-    rows = qs.annotate(anchored=_anchored()).values_list(*_GROUP_FIELDS).annotate(n=Count("id")).order_by()
+    # By the target's origin, not its whole URL (forecast_store.grouped says why).
+    fields = tuple("origin" if f == "current__target_url" else f for f in _GROUP_FIELDS)
+    rows = (qs.annotate(anchored=_anchored(), origin=UrlOrigin("current__target_url")).values_list(*fields)
+            .annotate(n=Count("id")).order_by())
     if not few or connection.vendor != "postgresql":
         return list(rows)
     # PostgreSQL estimates looking 50,000 versions up by key dearer than reading all of them to hash

@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from dispatch.models import ForecastGroup
+from schedules.targets import origin_sql
 
 COLS = ("tenant_id, expression, time_zone, dst_skipped, dst_repeated, end_at, anchored, next_run_at, "
         "spread_offset_seconds, misfire_grace_seconds, target_url")
@@ -74,7 +75,7 @@ def _when(value):
 
 def grouped(*, tenant_ids=None, until: datetime) -> list:
     """(expression, zone, dst_skipped, dst_repeated, end_at, anchor or None, next_run_at, offset,
-    grace, target_url, count) of the schedules in scope with next_run_at before `until`, over
+    grace, target origin, count) of the schedules in scope with next_run_at before `until`, over
     every tenant or those of `tenant_ids`: what dispatch.forecast's grouped query returns, from
     the summary and the deltas not folded yet, in one statement."""
     fold_if_due()
@@ -87,10 +88,13 @@ def grouped(*, tenant_ids=None, until: datetime) -> list:
             return []
         where.append(f"tenant_id IN ({', '.join(['%s'] * len(values))})")
         params += values
+    # Read by the target's origin, not its whole URL: the buckets need only its host, and a fleet
+    # with an id in every URL would otherwise come back as a row per schedule.
+    key = KEY.replace("target_url", origin_sql("target_url", connection.vendor))
     query = (f"-- name: ForecastGroupsRead\n"
-             f"SELECT {KEY}, CAST(sum(n) AS bigint) FROM ("
+             f"SELECT {key}, CAST(sum(n) AS bigint) FROM ("
              f"SELECT {COLS}, n FROM dispatch_forecastgroup UNION ALL SELECT {COLS}, n FROM dispatch_forecastdelta"
-             f") x WHERE {' AND '.join(where)} GROUP BY {KEY} HAVING sum(n) > 0")
+             f") x WHERE {' AND '.join(where)} GROUP BY {key} HAVING sum(n) > 0")
     with connection.cursor() as cur:
         cur.execute(query, params)
         rows = cur.fetchall()

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from django.db.models import CharField, Func
 from yarl import URL
 
 
@@ -295,3 +296,34 @@ def target_header_problems(headers: object) -> list[str]:
         else:
             seen.add(name.lower())
     return problems
+
+
+# --------------------------------------------------------------------------- origins in SQL
+
+
+def origin_sql(column: str, vendor: str) -> str:
+    """SQL for the origin (`scheme://authority`) of the URL in `column`: the part target_host reads,
+    so that target_host(origin) == target_host(url). Grouping by it instead of the whole URL makes
+    schedules whose URLs differ only in their path one group (a fleet with an id in every URL is
+    otherwise a group per schedule)."""
+    if vendor == "postgresql":
+        return f"coalesce(substring({column} from '^[^:/?#]+://[^/?#]*'), {column})"
+    rest = f"substr({column}, instr({column}, '://') + 3)"
+    slash, query, fragment = (f"instr({rest}, '{ch}')" for ch in "/?#")
+    # The authority ends at the first of '/', '?' and '#' after '://' (SQLite has no regular expressions).
+    length = (f"(CASE WHEN {slash} > 0 AND ({query} = 0 OR {slash} < {query}) AND ({fragment} = 0 OR {slash} < {fragment}) "
+              f"THEN {slash} - 1 WHEN {query} > 0 AND ({fragment} = 0 OR {query} < {fragment}) THEN {query} - 1 "
+              f"WHEN {fragment} > 0 THEN {fragment} - 1 ELSE length({rest}) END)")
+    return f"(CASE WHEN instr({column}, '://') = 0 THEN {column} ELSE substr({column}, 1, instr({column}, '://') + 2 + {length}) END)"
+
+
+class UrlOrigin(Func):
+    """origin_sql as an ORM expression over a URL field."""
+
+    output_field = CharField()
+
+    def as_sql(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        if params:
+            raise ValueError("UrlOrigin takes a column, not a value")
+        return origin_sql(sql, connection.vendor), []
