@@ -144,7 +144,7 @@ def main():
     ap.add_argument("--poll", type=float, default=1.0)
     ap.add_argument("--lead", type=float, default=150.0,
                     help="seconds from preparing a round to the instant: the scanner's look-ahead "
-                         "(SCHEDULER_LOOKAHEAD_SECONDS) reaches past it")
+                         "(SCHEDULER_LOOKAHEAD_SECONDS, 120) fits in it")
     ap.add_argument("--overlap", default="allow", choices=["allow", "skip"],
                     help="the schedules' overlap policy: only `allow` is made ahead of the instant (runs.decisions."
                          "made_ahead); with `skip` the scanner makes every run at the instant itself")

@@ -24,7 +24,6 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
 from datetime import timedelta
 
 from django.conf import settings
@@ -159,13 +158,12 @@ def scan_step(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> b
     return _scan(shards=shards, shard=shard, batch=batch, horizon_seconds=horizon_seconds)[0]
 
 
-def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None, at=None) -> tuple[bool, int]:
-    """scan_step's answer and the number of runs the transaction made (`at`: only the schedules
-    due at those burst instants, queue.burst_instants)."""
+def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> tuple[bool, int]:
+    """scan_step's answer and the number of runs the transaction made."""
     batch = batch or settings.SCHEDULER_SCAN_BATCH
     horizon = timedelta(seconds=settings.SCHEDULER_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds)
     with tracing.span("materialise", batch=batch, shard=-1 if shard is None else shard) as traced:
-        result = queue.materialise_due(batch=batch, shards=shards, shard=shard, horizon=horizon, at=at)
+        result = queue.materialise_due(batch=batch, shards=shards, shard=shard, horizon=horizon)
         traced["runs"], traced["schedules"] = result.runs + result.skipped, result.schedules
     for sid, err in result.errors:
         log.error("schedule %s could not be scanned: %s", sid, err)
@@ -178,32 +176,20 @@ class Scanner:
 
     Look-ahead: the base horizon (SCHEDULER_HORIZON_SECONDS) makes runs a few seconds early,
     which is enough for steady traffic but not for a burst: a hundred thousand schedules due at
-    one midnight take one scanner longer than that to materialise, and longer still while it also
-    makes the steady traffic around them. So when it has nothing due, at most once a second, it
-    reads the instants within SCHEDULER_LOOKAHEAD_SECONDS at which a burst is due
-    (queue.burst_instants) and starts making each burst as soon as it could not be made in time at
-    the pace the scanner can spare: its measured rate less the runs per second the steady traffic
-    takes, over LOOKAHEAD_MARGIN. Between its burst passes it keeps making what falls due, first."""
+    one midnight take one scanner longer than that to materialise. So when idle, at most once a
+    second, it checks (queue.lookahead_seconds) whether what is due within
+    SCHEDULER_LOOKAHEAD_SECONDS could still be made in time at a quarter of the rate it has
+    measured itself making runs, and if not, materialises that whole window at once."""
 
     name = "scan"
     RECORD_EVERY = 5.0
-    # The next NEAR_WINDOW seconds are read every LOOKAHEAD_EVERY (a burst made due soon, by a bulk
-    # create or an edit, has little time to lose); the whole look-ahead window, which at millions
-    # of schedules is a longer read, every LOOKAHEAD_WHOLE_EVERY: a burst far off loses little lead.
     LOOKAHEAD_EVERY = 1.0
-    LOOKAHEAD_WHOLE_EVERY = 10.0
-    NEAR_WINDOW = 120.0
-    # The look-ahead plans with a quarter of the pace the scanner can spare: it measured itself
-    # with the machine's CPU to itself, and under a burst the workers take most of it.
+    # The look-ahead plans with a quarter of the scanner's measured rate: it measured itself with
+    # the machine's CPU to itself, and under a burst the workers take most of it.
     LOOKAHEAD_MARGIN = 4.0
     # Runs per second assumed until the scanner has measured its own: on the low side of what
     # one scanner makes (bench/README.md), so that a first guess starts early.
     DEFAULT_RATE = 1000.0
-    # The steady traffic's pace is the runs the ordinary passes made over this many seconds.
-    DEMAND_WINDOW = 30.0
-    # However busy the steady traffic keeps it, the plan assumes this share of the measured rate is
-    # left for a burst: a saturated scanner then starts each burst as soon as it sees it.
-    SPARE_FLOOR = 0.02
 
     def __init__(self, *, shards=None, prefer=None, holder="", batch=None, horizon_seconds=None,
                  lookahead_seconds=None):
@@ -213,11 +199,8 @@ class Scanner:
         self.held: list[int] = []
         self.renewed_at = self.recorded_at = -1e9
         self.rate = self.DEFAULT_RATE  # runs made per second of scanning, measured as it goes
-        self.bursts: list = []  # the burst instants being made ahead (queue.burst_instants)
-        self.probed_at = self.probed_whole_at = -1e9
-        self.said = None  # the last burst instant the log named
-        self.steady = deque()  # (time.monotonic(), runs) of the ordinary passes in DEMAND_WINDOW
-        self.started = time.monotonic()
+        self.ahead_until = 0.0  # time.monotonic() up to which a look-ahead materialises; 0: none
+        self.probed_at = -1e9
 
     @property
     def base_horizon(self) -> float:
@@ -236,58 +219,31 @@ class Scanner:
         # shortly rather than spin on the database.
         return 0.05 if soonest <= 0 else min(poll, soonest)
 
-    def demand(self) -> float:
-        """Runs per second the ordinary passes made over the last DEMAND_WINDOW seconds."""
-        now = time.monotonic()
-        while self.steady and self.steady[0][0] < now - self.DEMAND_WINDOW:
-            self.steady.popleft()
-        return sum(n for _, n in self.steady) / max(1.0, min(self.DEMAND_WINDOW, now - self.started))
-
-    def spare_rate(self) -> float:
-        """The pace the look-ahead plans a burst with (runs per second)."""
-        return max(self.rate - self.demand(), self.rate * self.SPARE_FLOOR) / self.LOOKAHEAD_MARGIN
-
-    def _measure(self, made: int, started: float) -> None:
-        if made >= 50:  # a full-enough batch to measure by
-            self.rate = 0.7 * self.rate + 0.3 * made / max(1e-3, time.monotonic() - started)
+    def _horizon(self) -> float:
+        return max(self.base_horizon, self.ahead_until - time.monotonic())
 
     def _pass(self, **where) -> bool:
         started = time.monotonic()
-        busy, made = _scan(batch=self.batch, horizon_seconds=self.base_horizon, **where)
-        self._measure(made, started)
-        if made:
-            self.steady.append((time.monotonic(), made))
+        busy, made = _scan(batch=self.batch, horizon_seconds=self._horizon(), **where)
+        if made >= 50:  # a full-enough batch to measure by
+            self.rate = 0.7 * self.rate + 0.3 * made / max(1e-3, time.monotonic() - started)
         if busy:
             return True
-        if self.bursts:
-            started = time.monotonic()
-            busy, made = _scan(batch=self.batch, horizon_seconds=self.base_horizon, at=self.bursts, **where)
-            self._measure(made, started)
-            if busy:
-                return True
-            self.bursts = []
+        self.ahead_until = 0.0
         return self._look_ahead(**where)
 
     def _look_ahead(self, shards=None, shard=None) -> bool:
         limit = float(settings.SCHEDULER_LOOKAHEAD_SECONDS if self.lookahead_seconds is None
                       else self.lookahead_seconds)
-        now = time.monotonic()
-        if limit <= self.base_horizon or now - self.probed_at < self.LOOKAHEAD_EVERY:
+        if limit <= self.base_horizon or time.monotonic() - self.probed_at < self.LOOKAHEAD_EVERY:
             return False
-        self.probed_at = now
-        if now - self.probed_whole_at >= self.LOOKAHEAD_WHOLE_EVERY:
-            self.probed_whole_at = now
-        else:
-            limit = min(limit, max(self.NEAR_WINDOW, self.base_horizon + 1))
-        spare = self.spare_rate()
-        bursts = queue.burst_instants(base=self.base_horizon, limit=limit, rate=spare, shards=shards, shard=shard)
-        if not bursts:
+        self.probed_at = time.monotonic()
+        ahead = queue.lookahead_seconds(base=self.base_horizon, limit=limit, rate=self.rate / self.LOOKAHEAD_MARGIN,
+                                        shards=shards, shard=shard)
+        if not ahead:
             return False
-        if bursts[-1] != self.said:
-            self.said = bursts[-1]
-            log.info("materialising ahead: %d burst instant(s) up to %s (planned at %.0f runs/s spare): they would "
-                     "not be ready in time", len(bursts), bursts[-1].isoformat(timespec="seconds"), spare)
-        self.bursts = bursts
+        log.info("materialising the next %.0f s now: a burst is due that would not be ready in time", ahead)
+        self.ahead_until = time.monotonic() + ahead
         return True
 
     def step(self) -> bool:

@@ -103,38 +103,41 @@ def seconds_until_next_due(*, horizon=timedelta(0)) -> float | None:
     return soonest
 
 
-# An instant at which at least this many schedules are due is a burst: the look-ahead makes it
-# early when it could not be made in time otherwise. Fewer at one instant are ordinary traffic,
-# which the base horizon makes in time (one scanner batch).
-BURST_SCHEDULES = 500
-# The look-ahead window is read up to this many schedules (one index-only range scan, bounded).
+# Positions in due order at which the look-ahead checks whether the scanner would fall behind,
+# besides the last schedule in its window.
+LOOKAHEAD_PROBES = (500, 2_000, 8_000, 32_000, 128_000)
+# The window is counted up to this many schedules (one index-only range scan, bounded).
 LOOKAHEAD_COUNT_CAP = 256_000
 
 
-def burst_instants(*, base: float, limit: float, rate: float, shards: int | None = None, shard=None) -> list:
-    """The instants of the bursts the scanner must start making now so that each is ready before
-    it is due (oldest first; empty when none must): the instants within `limit` seconds at which
-    at least BURST_SCHEDULES schedules are due, up to the last one that could not be made in time
-    at `rate` (the pace the scanner can spare for them) if it waited.
+def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | None = None, shard=None) -> float:
+    """How far ahead the scanner must materialise now so that a burst is ready before its
+    instant: the whole window (`limit`) as soon as any part of it could not be made in time at
+    `rate`, else 0 (the base horizon is enough).
 
-    The bursts are made in due order, so the i-th can only be made in time if those before it are
-    made first: with c_i the schedules due at the first i burst instants and t_i seconds left until
-    the i-th, it is at risk when c_i / rate > t_i - base. Every burst instant up to the last at
-    risk is made now; later ones wait until they are at risk themselves. Only the bursts are made
-    early, one occurrence per schedule: the ordinary traffic around them is made by the base
-    horizon as it falls due (making a whole window ahead would spend the spare pace the burst
-    needs on runs that were never late). Only `allow` schedules are made ahead
-    (decisions.made_ahead), so others counted here only make the look-ahead start sooner."""
+    The k-th schedule due beyond the base horizon, due t_k seconds from now, can only be made in
+    time if the k before it can be made first: k / rate <= t_k - base. Checked at a few positions
+    k (each one probe of schedule_due_idx that reads k entries) and for the last schedule in the
+    window (a bounded count). Once one fails, the whole window is made, not just up to that
+    instant: a burst is then made as soon as it is seen, while its workers are still idle,
+    instead of racing the instant with whatever CPU a burst leaves the scanner. Only `allow`
+    schedules are made ahead (decisions.made_ahead), so others counted here only make the
+    look-ahead start sooner."""
     now = db_now()
-    instants = store().schedule_due_instants(now, beyond=now + timedelta(seconds=base), until=now + timedelta(seconds=limit),
-                                             cap=LOOKAHEAD_COUNT_CAP, at_least=BURST_SCHEDULES, shards=shards,
+    beyond, until = now + timedelta(seconds=base), now + timedelta(seconds=limit)
+
+    def behind(k: int, at) -> bool:
+        return k / rate > (at - now).total_seconds() - base
+
+    for k in LOOKAHEAD_PROBES:
+        at = store().schedule_nth_due(now, k, beyond=beyond, until=until, shards=shards, shard=shard)
+        if at is None:
+            break
+        if behind(k, at):
+            return limit
+    count, last = store().schedule_count_due(now, beyond=beyond, until=until, cap=LOOKAHEAD_COUNT_CAP, shards=shards,
                                              shard=shard)
-    due, at_risk = 0, 0
-    for i, (at, n) in enumerate(instants):
-        due += n
-        if due / rate > (at - now).total_seconds() - base:
-            at_risk = i + 1
-    return [at for at, _ in instants[:at_risk]]
+    return limit if count and behind(count, last) else 0.0
 
 
 # A schedule whose step failed unexpectedly is looked at again after this long, with the error on
@@ -145,11 +148,9 @@ SCAN_ERROR_RETRY = timedelta(minutes=5)
 SCAN_PARK = timedelta(hours=1)
 
 
-def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0), at=None) -> ScanResult:
+def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> ScanResult:
     """One scanner step: lock up to `batch` due schedules (skipping ones another scanner holds),
     turn their due occurrences into runs and advance next_run_at, all in one short transaction.
-    With `at` (burst_instants), the schedules due at exactly those instants, each made up to its
-    own instant only: one run each, whatever their period.
 
     The schedule row lock serialises everyone who inserts occurrences for a schedule (scanner,
     trigger, backfill, edits), and the occurrence unique constraint is the final guard: a
@@ -157,7 +158,7 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
     result = ScanResult()
     with transaction.atomic():
         now = db_now()
-        schedules = store().schedule_lock_due(now, batch=batch, shards=shards, shard=shard, horizon=horizon, at=at)
+        schedules = store().schedule_lock_due(now, batch=batch, shards=shards, shard=shard, horizon=horizon)
         result.locked = len(schedules)
         # Not due yet and not made ahead: their overlap policy is decided when they are due.
         schedules = [s for s in schedules if s.next_run_at <= now or decisions.made_ahead(s.current)]
@@ -168,8 +169,7 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
         for s in schedules:
             version = s.current
             try:
-                ahead = horizon if at is None else max(horizon, s.next_run_at - now)
-                planned, next_at, completed = plan_schedule(s, version, now, ahead, active)
+                planned, next_at, completed = plan_schedule(s, version, now, horizon, active)
             except timeexpr.ExpressionError as exc:
                 # Parked with the reason on the schedule: the occurrences it misses meanwhile are
                 # recorded under its misfire policy when it is looked at again.

@@ -263,7 +263,7 @@ SCHEDULER_MAX_BACKFILL = env.int("SCHEDULER_MAX_BACKFILL", default=1000)
 SCHEDULER_HORIZON_SECONDS = env.int("SCHEDULER_HORIZON_SECONDS", default=10)
 # How far ahead the scanner looks for a burst it could not materialise within the horizon
 # (dispatch.loops.Scanner); at most this far ahead are runs made early.
-SCHEDULER_LOOKAHEAD_SECONDS = env.int("SCHEDULER_LOOKAHEAD_SECONDS", default=900)
+SCHEDULER_LOOKAHEAD_SECONDS = env.int("SCHEDULER_LOOKAHEAD_SECONDS", default=120)
 # The database is deployed with a synchronous standby (docs/failure-model.md): /metrics and the
 # dashboard then call it degraded whenever commits are acknowledged without one.
 SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY = env.bool("SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY", default=False)

@@ -9,7 +9,7 @@ generation, state leased): a worker that lost its lease changes nothing.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from django.db import OperationalError, connection, transaction
 from django.db.models import (
@@ -27,7 +27,6 @@ from django.db.models import (
     Window,
 )
 from django.db.models.functions import Mod, RowNumber
-from django.utils.dateparse import parse_datetime
 
 from runs import decisions
 from runs.decisions import (
@@ -80,13 +79,6 @@ def _keep_recent_count(key: str, taken_at: datetime, counts: dict) -> None:
             update_conflicts=True, unique_fields=["key"], update_fields=["taken_at", "counts"])
 
 
-def _instant(value) -> datetime:
-    """A timestamp read by hand-written SQL: SQLite hands it back as text."""
-    if isinstance(value, str):
-        value = parse_datetime(value)
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 class PortableStore(RequestedChanges, PortableHistory):
     # --- new rows of any model, in bulk (schedule creation) ---------------------------------------
 
@@ -108,25 +100,23 @@ class PortableStore(RequestedChanges, PortableHistory):
             schedule.save(force_insert=True)
             entry.save(force_insert=True)
 
-    def schedule_due_query(self, now, *, shards: int | None = None, shard=None, horizon=timedelta(0), at=None):
-        """Schedules with an occurrence due within the horizon (or, given `at`, due at exactly one
-        of those instants: the scanner's look-ahead of a burst), in the given shard(s) of `shards`,
-        oldest first: one range scan on schedule_due_idx (one probe per instant), whose cost follows
-        what is due. (Only `allow` schedules are materialised ahead; the caller passes over the
-        others until they are due. Filtering them here would join the versions into the range scan.)"""
-        due = Q(next_run_at__in=list(at)) if at is not None else Q(next_run_at__lte=now + horizon)
-        qs = Schedule.objects.filter(due, enabled=True, status=ScheduleStatus.ACTIVE)
+    def schedule_due_query(self, now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
+        """Schedules with an occurrence due within the horizon, in the given shard(s) of `shards`,
+        oldest first: one range scan on schedule_due_idx, whose cost follows what is due. (Only
+        `allow` schedules are materialised ahead; the caller passes over the others until they are
+        due. Filtering them here would join the versions into the range scan.)"""
+        qs = Schedule.objects.filter(next_run_at__lte=now + horizon, enabled=True, status=ScheduleStatus.ACTIVE)
         if shards:
             wanted = [shard] if isinstance(shard, int) else list(shard)
             qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard__in=wanted)
         return qs.order_by("next_run_at")
 
-    def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0), at=None) -> list:
-        """Up to `batch` due schedules (within the horizon, or at one of the instants `at`) with their
-        current version, locked; ones another scanner holds are skipped. The schedule row lock
-        serialises everyone who inserts occurrences for a schedule (scanner, trigger, backfill, edits)."""
+    def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> list:
+        """Up to `batch` due schedules with their current version, locked; ones another scanner
+        holds are skipped. The schedule row lock serialises everyone who inserts occurrences for a
+        schedule (scanner, trigger, backfill, edits)."""
         return list(
-            self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon, at=at)
+            self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon)
             .select_for_update(skip_locked=True, of=("self",))
             .select_related("current")[:batch]
         )
@@ -138,18 +128,25 @@ class PortableStore(RequestedChanges, PortableHistory):
             live = live.filter(next_run_at__gt=after)
         return live.order_by("next_run_at").values_list("next_run_at", flat=True).first()
 
-    def schedule_due_instants(self, now, *, beyond: datetime, until: datetime, cap: int, at_least: int, shards=None,
-                              shard=None) -> list:
-        """(instant, schedules due at it) of each instant in (beyond, until] at which at least
-        `at_least` live schedules are due, oldest first: the window's first `cap` entries of
-        schedule_due_idx read once (an index-only range, bounded) and grouped by instant."""
+    def schedule_nth_due(self, now, k: int, *, beyond: datetime, until: datetime, shards=None, shard=None):
+        """The due time of the k-th live schedule due in (beyond, until], or None when fewer are."""
+        qs = (self.schedule_due_query(now, shards=shards, shard=shard, horizon=until - now)
+              .filter(next_run_at__gt=beyond).values_list("next_run_at", flat=True))
+        return qs[k - 1:k].first()
+
+    def schedule_count_due(self, now, *, beyond: datetime, until: datetime, cap: int, shards=None, shard=None) -> tuple:
+        """(how many live schedules are due in (beyond, until], counted up to `cap`; the due time of
+        the last of those counted). The count reads the due range of schedule_due_idx once, only
+        as far as `cap`: the queryset's own statement, limited, inside a COUNT."""
         qs = (self.schedule_due_query(now, shards=shards, shard=shard, horizon=until - now)
               .filter(next_run_at__gt=beyond).values("next_run_at")[:cap])
         inner, params = qs.query.get_compiler(using=qs.db).as_sql()
         with connection.cursor() as cur:
-            cur.execute(f"SELECT next_run_at, COUNT(*) FROM ({inner}) due GROUP BY next_run_at "
-                        f"HAVING COUNT(*) >= %s ORDER BY next_run_at", [*params, at_least])
-            return [(_instant(at), n) for at, n in cur.fetchall()]
+            cur.execute(f"SELECT COUNT(*) FROM ({inner}) due", params)
+            count = cur.fetchone()[0]
+        if not count:
+            return 0, None
+        return count, self.schedule_nth_due(now, count, beyond=beyond, until=until, shards=shards, shard=shard)
 
     def schedule_advance_many(self, schedules, *, now: datetime) -> None:
         """The scanner's write-back of next_run_at, completion and last scan error."""
