@@ -815,9 +815,10 @@ def run(plan: Plan, args) -> int:
             "SCHEDULER_LEASE_SECONDS": plan.lease,
             "SCHEDULER_RECONCILE_SECONDS": 2,
             "SCHEDULER_PARTITION_SECONDS": plan.partition_seconds,
-            # Beyond the scanner's look-ahead (SCHEDULER_LOOKAHEAD_SECONDS, 120 s), or the runs it
-            # makes early land in the catch-all partition until `maintain` moves them.
-            "SCHEDULER_PARTITION_AHEAD_SECONDS": max(300, 3 * plan.partition_seconds),
+            # Beyond the scanner's look-ahead (SCHEDULER_LOOKAHEAD_SECONDS, 120 s by default, up to
+            # 900 s tried), or the runs it makes early land in the catch-all partition until
+            # `maintain` moves them.
+            "SCHEDULER_PARTITION_AHEAD_SECONDS": max(1200, 3 * plan.partition_seconds),
             "SCHEDULER_RETENTION_DAYS": retention / 86400,
             "SCHEDULER_DEAD_RETENTION_DAYS": 1.5 * retention / 86400,
             "SCHEDULER_MAINTENANCE_SECONDS": 5,
