@@ -362,6 +362,7 @@ def count_outcome(report: Report, *, schedule_ids, bounds: dict, deliveries, log
         report.details.append("a delivery's Idempotency-Key differed from its run id")
         report.audit_violations += 1
     report.unknown_attempts = Attempt.objects.filter(outcome="unknown").count()
+    _explain_unexplained_duplicates(report, acted, deliveries)
     report.late_results = Attempt.objects.filter(late_result__isnull=False).count()
     report.dead = Run.objects.filter(state="dead").count()
 
@@ -378,6 +379,28 @@ def count_outcome(report: Report, *, schedule_ids, bounds: dict, deliveries, log
     report.audit_violations += count_audit_violations(log)
     return report
 
+
+
+def _explain_unexplained_duplicates(report: Report, acted: Counter, deliveries, shown: int = 5) -> None:
+    """A run delivered more often than its unknown attempts explain is a bug of the scheduler or of
+    the harness: say which runs, with their attempts and deliveries, so a failure can be read."""
+    from runs.models import Attempt
+
+    repeated = {run_id: n - 1 for run_id, n in acted.items() if n > 1}
+    if not repeated:
+        return
+    unknown = Counter(str(r) for r in Attempt.objects.filter(outcome="unknown", run_id__in=list(repeated))
+                      .values_list("run_id", flat=True))
+    unexplained = sorted(r for r, extra in repeated.items() if extra > unknown.get(r, 0))
+    if not unexplained:
+        return
+    report.details.append(f"{len(unexplained)} runs delivered more often than their unknown attempts explain")
+    for run_id in unexplained[:shown]:
+        attempts = list(Attempt.objects.filter(run_id=run_id).order_by("id").values_list(
+            "generation", "worker_id", "outcome", "error_class", "http_status", "late_result", "started_at",
+            "finished_at"))
+        calls = [(d[1], d[4]) for d in deliveries if d[0] == run_id]
+        report.details.append(f"  run {run_id}: deliveries (generation, behaviour) {calls}; attempts {attempts}")
 
 
 def count_audit_violations(log=print) -> int:

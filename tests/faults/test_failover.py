@@ -45,7 +45,7 @@ def test_a_failover_loses_nothing_and_the_scheduler_goes_on_by_itself(django_db_
     assert report.duplicate_runs == 0
     assert report.stale_results_applied == 0
     assert report.audit_violations == 0, report.details
-    assert report.duplicate_deliveries <= report.unknown_attempts
+    assert report.duplicate_deliveries <= report.unknown_attempts, report.details
     assert report.exits == 0, report.details
     assert report.stalled_loops == [], report.stalled_loops
     assert report.dispatch_gap_s <= 30.0

@@ -28,4 +28,4 @@ def test_nothing_is_lost_duplicated_or_applied_stale_under_chaos(capsys):
     assert report.duplicate_runs == 0
     assert report.stale_results_applied == 0
     assert report.audit_violations == 0
-    assert report.duplicate_deliveries <= report.unknown_attempts
+    assert report.duplicate_deliveries <= report.unknown_attempts, report.details

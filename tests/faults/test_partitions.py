@@ -34,7 +34,7 @@ def test_partitions_lose_nothing_and_leave_their_evidence(django_db_blocker, cap
     assert report.duplicate_runs == 0
     assert report.stale_results_applied == 0
     assert report.audit_violations == 0, report.details
-    assert report.duplicate_deliveries <= report.unknown_attempts
+    assert report.duplicate_deliveries <= report.unknown_attempts, report.details
     assert report.exits == 0, report.details
     assert report.web_errors == 0, report.details
     assert report.problems == []
