@@ -482,11 +482,11 @@ _BY_PRIMARY_KEY = BY_KEY_FOR_THE_TRANSACTION
 _INSERTS: dict = {}
 
 
-def _insert_statement(conn, obj, *, returning: bool = False, computed: dict | None = None) -> tuple[str, list]:
+def _insert_statement(conn, obj, *, returning: tuple = (), computed: dict | None = None) -> tuple[str, list]:
     """The INSERT that `obj.save()` sends for a new row (the same fields, auto_now stamps and
     adapters), as SQL and parameters; `computed` gives SQL for some columns instead of the
-    instance's value ({attname: expression}), and `returning` returns the primary key. The text
-    is made once per shape: Django's insert compiler costs more than the rest of the insert."""
+    instance's value ({attname: expression}), and `returning` names the columns it returns. The
+    text is made once per shape: Django's insert compiler costs more than the rest of the insert."""
     model = type(obj)
     meta = model._meta
     assert not (meta.auto_field and obj.pk is not None), "an auto-numbered key is left to its sequence"
@@ -496,7 +496,7 @@ def _insert_statement(conn, obj, *, returning: bool = False, computed: dict | No
         fields = [f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field]
         values = ", ".join((computed or {}).get(f.attname, "%s") for f in fields)
         sql = (f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) VALUES ({values})"
-               + (f" RETURNING {quote(meta.pk.column)}" if returning else ""))
+               + (f" RETURNING {', '.join(quote(c) for c in returning)}" if returning else ""))
         _INSERTS[shape] = sql, [f for f in fields if f.attname not in (computed or {})]
     sql, fields = _INSERTS[shape]
     return sql, [f.get_db_prep_save(f.pre_save(obj, True), connection=conn) for f in fields]
@@ -507,6 +507,14 @@ def _live_floor(cur, *, by_primary_key: bool = False):
     cur.execute(f"SELECT ({LIVE_FLOOR_SQL}){_BY_PRIMARY_KEY}" if by_primary_key else LIVE_FLOOR_SQL)
     floor = cur.fetchall()[0][0]
     return NO_FLOOR if floor is None else floor
+
+
+# schedule_insert's columns taken from the row inserted before them in the same statement.
+_CURRENT_ONLY = {"current_id": "(SELECT id FROM new_version)"}
+_SCHEDULE_FROM_VERSION = {**_CURRENT_ONLY, "id": "(SELECT schedule_id FROM new_version)",
+                          "version": "(SELECT version FROM new_version)"}
+_ENTRY_FROM_SCHEDULE = {"tenant_id": "(SELECT tenant_id FROM new_schedule)",
+                        "object_id": "(SELECT schedule_id::text FROM new_version)"}
 
 
 class PostgresStore(PostgresHistory, PortableStore):
@@ -557,10 +565,16 @@ class PostgresStore(PostgresHistory, PortableStore):
         version's id from the version's insert, and the id comes back to the caller. One statement
         runs in the caller's transaction, or is a transaction of its own."""
         conn = connections[DEFAULT_DB_ALIAS]
-        version_sql, version_params = _insert_statement(conn, version, returning=True)
-        schedule_sql, schedule_params = _insert_statement(
-            conn, schedule, computed={"current_id": "(SELECT id FROM new_version)"})
-        entry_sql, entry_params = _insert_statement(conn, entry)
+        version_sql, version_params = _insert_statement(conn, version, returning=("id", "schedule_id", "version"))
+        # Values the rows share are sent once and taken from the row that has them: with each sent
+        # for every row the statement had more parameters than psycopg keeps parsed statements for
+        # (psycopg._queries.MAX_CACHED_STATEMENT_PARAMS), and parsing its text on every create cost
+        # more CPU than the rest of the insert (tests/core/test_single_create_statement.py).
+        shared = schedule.id == version.schedule_id and schedule.version == version.version
+        schedule_sql, schedule_params = _insert_statement(conn, schedule, returning=("tenant_id",) if shared else (),
+                                                          computed=_SCHEDULE_FROM_VERSION if shared else _CURRENT_ONLY)
+        from_schedule = shared and entry.object_id == str(schedule.id) and entry.tenant_id == schedule.tenant_id
+        entry_sql, entry_params = _insert_statement(conn, entry, computed=_ENTRY_FROM_SCHEDULE if from_schedule else None)
         sql = (f"WITH new_version AS ({version_sql}), new_schedule AS ({schedule_sql}), "
                f"new_entry AS ({entry_sql}) SELECT id FROM new_version")
         with prepared_cursor(conn) as cur:
