@@ -37,7 +37,7 @@ from django.db.models.functions import TruncMinute
 
 from dispatch import forecast_counts as fcounts
 from dispatch import forecast_store
-from dispatch.models import ALL_TENANTS, ActivityMinute, WorkerStat
+from dispatch.models import ALL_TENANTS, LAG_BOUNDS, ActivityMinute, WorkerStat
 from runs.models import Run, RunState
 from scheduler_project.foundation.dbclock import db_now
 from schedules import timeexpr
@@ -76,6 +76,13 @@ Z95 = 1.96
 CAPACITY_WINDOW = timedelta(hours=24)
 WORKER_ALIVE = timedelta(seconds=30)
 DEFAULT_GRACE = 60
+# The busiest minute measures the fleet's capacity only if the fleet was behind in some minute:
+# at least BEHIND_SHARE of the first attempts that began in it started more than BEHIND_SECONDS
+# after they were due. A fleet that was never behind has only shown a lower bound (a new install,
+# a quiet day), and warning from it would cry wolf at every minute busier than the past.
+BEHIND_SECONDS = 5
+BEHIND_SHARE = 0.1
+_LATE_BUCKETS = next(i for i, bound in enumerate(LAG_BOUNDS) if bound >= BEHIND_SECONDS) + 1
 
 
 @dataclass
@@ -100,6 +107,9 @@ class Capacity:
     workers_alive: int
     mean_latency_seconds: float | None
     budgets: dict  # target host -> max concurrency (the tenants' TargetPrefix budgets in scope)
+    # The fleet was behind in some minute of the window (BEHIND_SECONDS), so the peak is its rate
+    # when it had more than it could start; otherwise the peak is only a lower bound.
+    measured: bool = False
 
 
 @dataclass
@@ -115,6 +125,8 @@ class Forecast:
     truncated_rules: int = 0  # rules with more occurrences in the week than RULE_OCCURRENCES
     incremental: bool = False  # counted from the kept summary (dispatch.forecast_store)
     warnings: list = field(default_factory=list)
+    # What the forecast cannot tell (a capacity never measured), said once instead of as warnings.
+    notes: list = field(default_factory=list)
 
     @property
     def method(self) -> str:
@@ -202,12 +214,15 @@ def host_problem(host: str) -> str | None:
 def capacity(*, tenant_ids=None, now: datetime | None = None) -> Capacity:
     now = now or db_now()
     minutes = list(ActivityMinute.objects.filter(tenant_id=ALL_TENANTS, minute__gte=now - CAPACITY_WINDOW)
-                   .values_list("minute", "succeeded", "failed", "unknown", "latency_ms_sum", "latency_count"))
-    peak, peak_minute, lat_sum, lat_n = 0, None, 0, 0
-    for minute, s, f, u, ls, lc in minutes:
+                   .values_list("minute", "succeeded", "failed", "unknown", "latency_ms_sum", "latency_count",
+                                "lag_counts"))
+    peak, peak_minute, lat_sum, lat_n, measured = 0, None, 0, 0, False
+    for minute, s, f, u, ls, lc, lags in minutes:
         if s + f + u > peak:
             peak, peak_minute = s + f + u, minute
         lat_sum, lat_n = lat_sum + ls, lat_n + lc
+        late = sum(lags[_LATE_BUCKETS:]) if lags else 0
+        measured = measured or (late > 0 and late >= BEHIND_SHARE * sum(lags))
     workers = WorkerStat.objects.filter(seen_at__gte=now - WORKER_ALIVE).count()
     prefixes = TargetPrefix.objects.filter(max_concurrency__isnull=False)
     if tenant_ids is not None:
@@ -217,7 +232,8 @@ def capacity(*, tenant_ids=None, now: datetime | None = None) -> Capacity:
         h = target_host(prefix)
         if h:
             budgets[h] = min(cap, budgets.get(h, cap))
-    return Capacity(peak / 60.0, peak_minute, workers, (lat_sum / lat_n / 1000.0) if lat_n else None, budgets)
+    return Capacity(peak / 60.0, peak_minute, workers, (lat_sum / lat_n / 1000.0) if lat_n else None, budgets,
+                    measured)
 
 
 def _scope(tenant_ids):
@@ -502,6 +518,7 @@ def forecast(*, tenant_ids=None, host: str | None = None, now: datetime | None =
                  capacity=capacity(tenant_ids=tenant_ids, now=now), truncated_rules=counter.truncated,
                  incremental=summary and exact)
     f.warnings = warnings(f)
+    f.notes = notes(f)
     return f
 
 
@@ -522,9 +539,19 @@ def _fits(window: int, version, anchor, now: datetime) -> bool:
         return False
 
 
+def _past_grace(f: Forecast, b: Bucket) -> float | None:
+    """Seconds the bucket's runs take to start at the fleet's peak rate, when past their grace."""
+    if b.due < 1 or f.capacity.peak_runs_per_second <= 0:
+        return None
+    drain = b.due / f.capacity.peak_runs_per_second
+    grace = b.min_grace if b.min_grace is not None else DEFAULT_GRACE
+    return drain if drain > grace + 60 else None
+
+
 def warnings(f: Forecast) -> list[str]:
     """Minutes of the next hour whose runs the fleet would not start within their misfire grace,
-    at the peak rate it has shown, or that a target's concurrency budget would not drain in it."""
+    at the peak rate it has shown when it was behind, or that a target's concurrency budget would
+    not drain in it."""
     out = []
     cap = f.capacity
     for b in f.tiers["hour"]:
@@ -532,9 +559,9 @@ def warnings(f: Forecast) -> list[str]:
             continue
         grace = b.min_grace if b.min_grace is not None else DEFAULT_GRACE
         at = b.start.strftime("%H:%M")
-        if cap.peak_runs_per_second > 0:
-            drain = b.due / cap.peak_runs_per_second
-            if drain > grace + 60:
+        if cap.measured:
+            drain = _past_grace(f, b)
+            if drain is not None:
                 out.append(f"{at}: {b.due:,.0f} due; at the observed {cap.peak_runs_per_second:,.1f} runs/s the last "
                            f"starts about {_minutes(drain)} later, past the misfire grace of {grace} s")
         for h, n in sorted(b.hosts.items()):
@@ -547,6 +574,23 @@ def warnings(f: Forecast) -> list[str]:
     if cap.peak_runs_per_second == 0 and any(b.due >= 1 for b in f.tiers["hour"]):
         out.append("no dispatch observed in the last 24 hours: capacity unknown")
     return out
+
+
+def notes(f: Forecast) -> list[str]:
+    """What the forecast cannot tell: minutes of the next hour busier than anything the fleet has
+    started while it was never behind, whose runs may or may not start in time."""
+    cap = f.capacity
+    if cap.measured:
+        return []
+    beyond = [b for b in f.tiers["hour"] if _past_grace(f, b) is not None]
+    if not beyond:
+        return []
+    top = max(beyond, key=lambda b: b.due)
+    return [f"capacity not measured yet: in the last 24 hours no minute left runs waiting over {BEHIND_SECONDS} s, "
+            f"so {cap.peak_runs_per_second:,.1f} runs/s (the busiest minute) is only a lower bound. "
+            f"{len(beyond)} minute(s) of the next hour are busier than that; the busiest, "
+            f"{top.start.strftime('%H:%M')}, has {top.due:,.0f} due ({top.due / 60 / cap.peak_runs_per_second:,.0f}x "
+            f"that minute's rate)."]
 
 
 def _minutes(seconds: float) -> str:
@@ -577,6 +621,7 @@ def as_json(f: Forecast) -> dict:
         "capacity": {"peakRunsPerSecond": round(f.capacity.peak_runs_per_second, 2),
                      "peakMinute": iso(f.capacity.peak_minute), "workersAlive": f.capacity.workers_alive,
                      "meanLatencySeconds": f.capacity.mean_latency_seconds,
-                     "targetBudgets": f.capacity.budgets},
+                     "targetBudgets": f.capacity.budgets, "measured": f.capacity.measured},
         "warnings": f.warnings,
+        "notes": f.notes,
     }

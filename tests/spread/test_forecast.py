@@ -95,15 +95,55 @@ def test_one_target_host_and_other_tenants(tenant, other_tenant, target):
     assert _hour_bucket(fc.forecast(host="elsewhere:443"), minute).due == 0
 
 
-def test_a_peak_beyond_the_observed_capacity_warns(tenant, target):
-    from dispatch.models import ALL_TENANTS, ActivityMinute
+def _busiest_minute(succeeded: int, *, late: int, on_time: int, hours_ago: int = 1):
+    """A past minute of every tenant: `succeeded` attempts ended in it, and of the first attempts
+    that began in it `late` started 10-20 s after they were due, `on_time` within 50 ms."""
+    from dispatch.models import ALL_TENANTS, LAG_BOUNDS, ActivityMinute
+
+    lags = [0] * (len(LAG_BOUNDS) + 1)
+    lags[0] = on_time
+    lags[LAG_BOUNDS.index(20)] = late
     ActivityMinute.objects.create(tenant_id=ALL_TENANTS, minute=db_now().replace(second=0, microsecond=0)
-                                  - timedelta(hours=1), succeeded=600)  # 10 runs/s at its best
+                                  - timedelta(hours=hours_ago), succeeded=succeeded, lag_counts=lags)
+
+
+def test_a_peak_beyond_the_capacity_the_fleet_showed_while_behind_warns(tenant, target):
+    _busiest_minute(600, late=300, on_time=300)  # 10 runs/s at its best, half of them late
     minute = _minute_ahead()
     _daily(tenant, target.url + "/d", minute, 2000)  # 200 s to start at 10/s, past a 60 s grace
     f = fc.forecast()
-    assert f.capacity.peak_runs_per_second == 10
+    assert f.capacity.peak_runs_per_second == 10 and f.capacity.measured
     assert any(w.startswith(minute.strftime("%H:%M") + ": 2,000 due; at the observed 10.0 runs/s") for w in f.warnings), f.warnings
+    assert f.notes == []
+    assert fc.as_json(f)["capacity"]["measured"] is True
+
+
+@pytest.mark.parametrize("late,on_time", [(0, 600), (5, 595)])
+def test_a_fleet_never_behind_has_shown_a_lower_bound_and_gets_a_note_not_warnings(tenant, target, late, on_time):
+    """A new install or a quiet day: the busiest minute says what the fleet did, not what it could
+    do. Warning from it would flag every minute busier than the past (a fresh quickstart with a
+    fleet due every five minutes showed twelve), and the warnings gauge an alert may watch with
+    them; a few late runs (fewer than a tenth) are not the fleet being behind."""
+    _busiest_minute(600, late=late, on_time=on_time)
+    _busiest_minute(60, late=0, on_time=60, hours_ago=2)
+    minute = _minute_ahead()
+    _daily(tenant, target.url + "/d", minute, 2000)
+    f = fc.forecast()
+    assert f.capacity.peak_runs_per_second == 10 and not f.capacity.measured
+    assert f.warnings == []
+    [note] = f.notes
+    assert note.startswith("capacity not measured yet") and "10.0 runs/s" in note, note
+    assert f"{minute.strftime('%H:%M')}, has 2,000 due (3x that minute's rate)" in note, note
+    answer = fc.as_json(f)
+    assert answer["capacity"]["measured"] is False and answer["notes"] == [note] and answer["warnings"] == []
+
+
+def test_a_fleet_never_behind_with_nothing_beyond_its_busiest_minute_says_nothing(tenant, target):
+    _busiest_minute(600, late=0, on_time=600)
+    minute = _minute_ahead()
+    _daily(tenant, target.url + "/d", minute, 500)  # 50 s at 10/s: within the grace
+    f = fc.forecast()
+    assert (f.warnings, f.notes) == ([], [])
 
 
 def test_a_host_filter_is_read_as_the_target_key_it_names(tenant, target):

@@ -37,6 +37,10 @@ class CapacityOut(serializers.Serializer):
     workersAlive = serializers.IntegerField()
     meanLatencySeconds = serializers.FloatField(allow_null=True)
     targetBudgets = serializers.DictField(child=serializers.IntegerField(), help_text="host:port -> max in flight")
+    measured = serializers.BooleanField(help_text="true when the fleet was behind (runs waiting over 5 s) in some "
+                                                  "minute of the last 24 h, so the peak is its rate under more work "
+                                                  "than it could start; false: the peak is only a lower bound, and "
+                                                  "no warning is made from it")
 
 
 @extend_schema_serializer(component_name="Forecast")
@@ -57,6 +61,9 @@ class ForecastOut(serializers.Serializer):
     nextHourPeak = BucketOut(allow_null=True)
     capacity = CapacityOut()
     warnings = serializers.ListField(child=serializers.CharField())
+    notes = serializers.ListField(child=serializers.CharField(),
+                                  help_text="what the forecast cannot tell, e.g. minutes busier than a capacity "
+                                            "never measured")
 
 
 class ForecastView(ApiView):
