@@ -587,10 +587,14 @@ def notes(f: Forecast) -> list[str]:
         return []
     top = max(beyond, key=lambda b: b.due)
     return [f"capacity not measured yet: in the last 24 hours no minute left runs waiting over {BEHIND_SECONDS} s, "
-            f"so {cap.peak_runs_per_second:,.1f} runs/s (the busiest minute) is only a lower bound. "
+            f"so {_rate(cap.peak_runs_per_second)} runs/s (the busiest minute) is only a lower bound. "
             f"{len(beyond)} minute(s) of the next hour are busier than that; the busiest, "
             f"{top.start.strftime('%H:%M')}, has {top.due:,.0f} due ({top.due / 60 / cap.peak_runs_per_second:,.0f}x "
             f"that minute's rate)."]
+
+
+def _rate(per_second: float) -> str:
+    return f"{per_second:,.1f}" if per_second >= 1 else f"{per_second:.2f}"
 
 
 def _minutes(seconds: float) -> str:
