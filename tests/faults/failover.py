@@ -56,6 +56,9 @@ class FailoverReport(Report):
     committed_missing: int = 0
     committed_checked: int = 0
     async_at_fault: int = 0  # faults that found the primary in wait_primary (not synchronous)
+    # Promotions the monitor made that no fault asked for (a busy host can make a healthy primary
+    # look dead): each is a failover the suite did not check for lost commits.
+    unplanned_failovers: int = 0
     replication_before_fault: list = field(default_factory=list)  # dbreplication.ReplicationStatus
     replication_after_kill: list = field(default_factory=list)
     exits: int = 0
@@ -76,7 +79,8 @@ class FailoverReport(Report):
             f"audit_violations={self.audit_violations} dispatch_gap_s={self.dispatch_gap_s:.1f} "
             f"committed_missing={self.committed_missing} exits={self.exits} web_errors={self.web_errors} "
             f"deliveries={self.deliveries} duplicate_deliveries={self.duplicate_deliveries} "
-            f"unknown_attempts={self.unknown_attempts} async_at_fault={self.async_at_fault}"
+            f"unknown_attempts={self.unknown_attempts} async_at_fault={self.async_at_fault} "
+            f"unplanned_failovers={self.unplanned_failovers}"
         )
 
     def ok(self, max_gap: float = 30.0) -> bool:
@@ -315,6 +319,7 @@ def run_failover(*, faults: list[str], seed: int = 7, observe: float = 12.0, bur
             cluster.start()
             log(f"pg_auto_failover formation up in {time.monotonic() - t0:.1f}s: {cluster.url()}")
         url = cluster.url()
+        formed_at = datetime.now(timezone.utc)  # promotions from here on are the faults'
         env = scheduler_env(url)
         subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
 
@@ -350,6 +355,7 @@ def run_failover(*, faults: list[str], seed: int = 7, observe: float = 12.0, bur
                 report.failovers += 1
 
             probe.close()
+            _count_promotions(cluster, report, since=formed_at)
             # A process that exited has failed the suite already; it is started again only so
             # that the drain can finish and the rest can still be counted.
             report.exits = sum(1 for p in procs if not p.alive())
@@ -449,10 +455,12 @@ def _fault(cluster: AutoFailoverCluster, fault: str, report: FailoverReport, log
     else:
         raise ValueError(fault)
     report.promote_s.append(promoted)
-    # Did the formation leave synchronous replication between the check and the fault? Then the
-    # promise's precondition did not hold for this fault, and the report says so.
+    # Did the old primary leave synchronous replication between the check and the promotion (a
+    # switchover takes seconds, and its writes go on until it drains)? Then the promise's
+    # precondition did not hold for this fault, and the report says so.
+    promoted_at = fault_at + timedelta(seconds=promoted)
     async_changes = [c for c in cluster.state_changes(checked_at - timedelta(seconds=1))
-                     if c[0] <= fault_at and "wait_primary" in (c[2], c[3])]
+                     if c[0] <= promoted_at and c[1] == old.name and "wait_primary" in (c[2], c[3])]
     if async_changes:
         report.async_at_fault += 1
         report.details.append(f"fault {n} ({fault}): the primary left synchronous replication just before "
@@ -475,6 +483,19 @@ def _fault(cluster: AutoFailoverCluster, fault: str, report: FailoverReport, log
     log(f"fault {n} ({fault}): {in_flight} runs in flight, promoted after {promoted:.1f}s, "
         f"standby back after {settled:.1f}s more, longest gap {gap:.1f}s"
         + (f", stalled: {stalled}" if stalled else ""))
+
+
+def _count_promotions(cluster: AutoFailoverCluster, report: FailoverReport, *, since: datetime) -> None:
+    """The monitor's promotions (a node's goal set to prepare_promotion; the node then reports it
+    reached it, the same goal again) against the faults injected."""
+    promotions = retry_db(lambda: [c for c in cluster.state_changes(since)
+                                   if c[3] == "prepare_promotion" and c[2] != "prepare_promotion"])
+    report.unplanned_failovers = max(0, len(promotions) - report.failovers)
+    if report.unplanned_failovers:
+        report.details += [f"the monitor promoted {c[1]} at {c[0]:%H:%M:%S.%f}" for c in promotions]
+        report.details += [f"monitor: {c[0]:%H:%M:%S.%f} {c[1]} {c[2]} -> {c[3]}: {c[4][:120]}"
+                           for c in retry_db(lambda: cluster.state_changes(since))
+                           if "unhealthy" in c[4] or c[3] in ("wait_primary", "prepare_promotion")]
 
 
 def _stalled_loops(since: datetime, until: datetime) -> list[str]:
