@@ -571,8 +571,6 @@ def warnings(f: Forecast) -> list[str]:
                 if drain > grace + 60:
                     out.append(f"{at}: {n:,.0f} due for {h}; its budget of {budget} in flight at "
                                f"{cap.mean_latency_seconds:.2f} s a call starts the last about {_minutes(drain)} later")
-    if cap.peak_runs_per_second == 0 and any(b.due >= 1 for b in f.tiers["hour"]):
-        out.append("no dispatch observed in the last 24 hours: capacity unknown")
     return out
 
 
@@ -582,6 +580,9 @@ def notes(f: Forecast) -> list[str]:
     cap = f.capacity
     if cap.measured:
         return []
+    if cap.peak_runs_per_second == 0:
+        due = any(b.due >= 1 for b in f.tiers["hour"])
+        return ["capacity unknown: no dispatch observed in the last 24 hours"] if due else []
     beyond = [b for b in f.tiers["hour"] if _past_grace(f, b) is not None]
     if not beyond:
         return []

@@ -138,6 +138,14 @@ def test_a_fleet_never_behind_has_shown_a_lower_bound_and_gets_a_note_not_warnin
     assert answer["capacity"]["measured"] is False and answer["notes"] == [note] and answer["warnings"] == []
 
 
+def test_a_fleet_that_never_dispatched_gets_a_note_not_a_warning(tenant, target):
+    minute = _minute_ahead()
+    _daily(tenant, target.url + "/d", minute, 3)
+    f = fc.forecast()
+    assert f.capacity.peak_runs_per_second == 0 and not f.capacity.measured
+    assert (f.warnings, f.notes) == ([], ["capacity unknown: no dispatch observed in the last 24 hours"])
+
+
 def test_a_fleet_never_behind_with_nothing_beyond_its_busiest_minute_says_nothing(tenant, target):
     _busiest_minute(600, late=0, on_time=600)
     minute = _minute_ahead()
