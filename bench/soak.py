@@ -1,7 +1,8 @@
 """Soak: the design load all at once, with faults in the middle, and one SLO table at the end.
 
     .venv/bin/python bench/soak.py --minutes 60                  # the record (long form)
-    .venv/bin/python bench/soak.py --minutes 5                   # CI (fewer schedules; exits 1 on a loss)
+    .venv/bin/python bench/soak.py --minutes 5                   # the short form (fewer schedules; exits 1 on a loss)
+    .venv/bin/python bench/soak.py --ci                          # what CI runs: the short form at a quarter of its load
     .venv/bin/python bench/soak.py --minutes 60 --schedules 1000000   # fewer schedules loaded
 
 What runs (real processes, every one on its own log under bench/out/soak/):
@@ -716,7 +717,12 @@ def spike_figures(C, vrange, at: datetime, timeout: float, log) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--minutes", type=float, default=60.0)
+    ap.add_argument("--minutes", type=float, default=None, help="default 60 (4 with --ci)")
+    ap.add_argument("--ci", action="store_true",
+                    help="the form CI runs beside the test suite's PostgreSQL pass: 4 minutes, 5,000 schedules, "
+                         "5 runs/s, noisy tenant 2/s, spike 500, one portal reader; every fault and every zero "
+                         "check as in the short form, at the load the suite's lane beside it leaves room for "
+                         "(flags given as well override these)")
     ap.add_argument("--schedules", type=int, default=None, help="default 10,000,000 (20,000 below 30 minutes)")
     ap.add_argument("--rate", type=int, default=None, help="runs due per second; default 278 (20 below 30 minutes)")
     ap.add_argument("--spike", type=int, default=None, help="runs due at the midnight; default 100,000 (2,000 below 30 minutes)")
@@ -725,7 +731,7 @@ def main():
     ap.add_argument("--partition-seconds", type=int, default=None, help="default 60 (30 below 30 minutes)")
     ap.add_argument("--keep-partitions", type=int, default=4, help="finished runs kept this many partitions")
     ap.add_argument("--lease", type=int, default=10, help="SCHEDULER_LEASE_SECONDS")
-    ap.add_argument("--readers", type=int, default=4, help="portal reader loops")
+    ap.add_argument("--readers", type=int, default=None, help="portal reader loops; default 4 (1 with --ci)")
     ap.add_argument("--workers", default="256x200", help="CONCURRENCYxBATCH of each of the two workers")
     ap.add_argument("--noisy-rate", type=int, default=None,
                     help="runs due per second for the noisy tenant; default max(30, rate/7) (10 below 30 minutes)")
@@ -734,6 +740,12 @@ def main():
                     help="exit 1 when the spike's made_after_T is not 0 (default from 30 minutes: below, a loaded "
                          "CI host may not give the scanner the capacity to make it ahead, which is not a loss)")
     args = ap.parse_args()
+    ci_form = {"minutes": 4.0, "schedules": 5_000, "rate": 5, "noisy_rate": 2, "spike": 500, "readers": 1}
+    for name, value in ci_form.items():
+        if args.ci and getattr(args, name) is None:
+            setattr(args, name, value)
+    args.minutes = 60.0 if args.minutes is None else args.minutes
+    args.readers = 4 if args.readers is None else args.readers
     short = args.minutes < 30
     plan = Plan(
         minutes=args.minutes,

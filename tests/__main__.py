@@ -6,18 +6,33 @@
    the failover and network suites, nginx (and openssl for its test certificate) for the web
    tier's set-up. Missing packages are installed with apt-get (as CI's machines
    and the development machines allow); where that is impossible it says what to install.
-2. pytest on PostgreSQL: every test.
+2. pytest on PostgreSQL: every test but the fault suite (marker `faults`) and the soak's CI form
+   (marker `soak`). Beside it, in a process of its own, the soak's CI form (bench/soak.py --ci, on
+   a pg_auto_failover formation of its own, not the machine's PostgreSQL).
 3. pytest on the embedded SQLite database (SCHEDULER_TEST_DATABASE=sqlite): every test but those
-   marked postgresql_only, the fault suite, and the tests that use no database (they ran the same in
-   pass 1); tests/README.md says which and why.
+   marked postgresql_only, the fault suite, the soak, and the tests that use no database (they ran
+   the same in pass 1); tests/README.md says which and why. Beside it, in a process of its own, the
+   fault suite on PostgreSQL.
 
-The exit status is non-zero if either pass fails. Plain `pytest` runs pass 1 alone (PostgreSQL).
+Why lanes at once: the PostgreSQL pass keeps about one core of two busy, the fault suite about half
+of one (it waits on the processes and formations it starts and kills), and the SQLite pass and the
+soak need nothing the lane beside them uses (the soak and the fault suite make network namespaces
+and formations, so they are never side by side; the fault suite uses the machine's PostgreSQL under
+the same test database as the PostgreSQL pass, so it is not beside that pass). One after the other the
+suite took close to CI's 30 minutes. A lane run beside another has its output printed whole once
+both have ended.
+
+The exit status is non-zero if any lane fails. Plain `pytest` runs every PostgreSQL test, the fault
+suite and the soak included, in one process; SCHEDULER_TEST_PART=rest|faults|soak chooses one lane.
 """
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,23 +103,65 @@ def ensure_postgres() -> None:
     sys.exit(2)
 
 
+NO_TESTS_COLLECTED = 5  # pytest's exit status when the arguments choose nothing in a pass
+
+
+def pytest_command(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", *args]
+
+
 def pytest(args: list[str], **env) -> int:
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=ROOT, env={**os.environ, **env}).returncode
+    return subprocess.run(pytest_command(args), cwd=ROOT, env={**os.environ, **env}).returncode
+
+
+def verdict(status: int) -> str:
+    return {0: "passed", NO_TESTS_COLLECTED: "nothing chosen"}.get(status, "FAILED")
+
+
+@contextlib.contextmanager
+def beside(name: str, args: list[str], results: dict, **env):
+    """Run one lane of PostgreSQL tests in a process of its own while the block runs the foreground
+    lane; its output, kept in a file, is printed whole once both have ended."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        lane = subprocess.Popen(pytest_command(args), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **env})
+        try:
+            yield
+            say(f"waiting for {name}")
+            results[name] = lane.wait()
+        finally:
+            if lane.poll() is None:  # interrupted: stop the lane as Ctrl-C would, so its fixtures clean up
+                lane.send_signal(signal.SIGINT)
+                try:
+                    lane.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    lane.kill()
+            log.seek(0)
+            say(f"{name}, as it ran:")
+            sys.stdout.write(log.read())
+            sys.stdout.flush()
 
 
 def main(args: list[str]) -> int:
     install_system_packages()
     ensure_postgres()
     started = time.monotonic()
-    say("pass 1 of 2: PostgreSQL")
-    on_postgres = pytest(args)
-    say("pass 2 of 2: the embedded SQLite database")
-    on_sqlite = pytest(args, SCHEDULER_TEST_DATABASE="sqlite")
-    if on_sqlite == 5:  # the arguments chose only tests that have no SQLite form (e.g. tests/faults)
-        on_sqlite = 0
-    say(f"PostgreSQL: {'passed' if on_postgres == 0 else 'FAILED'}; SQLite: {'passed' if on_sqlite == 0 else 'FAILED'}"
-        f" ({time.monotonic() - started:.0f} s)")
-    return 0 if on_postgres == 0 and on_sqlite == 0 else 1
+    results: dict[str, int] = {}
+    say("pass 1 of 2: PostgreSQL, all but the fault suite and the soak; beside it the soak's CI form "
+        "(its output follows when both have ended)")
+    with beside("the soak's CI form", args, results, SCHEDULER_TEST_PART="soak"):
+        results["PostgreSQL"] = pytest(args, SCHEDULER_TEST_PART="rest")
+    say("pass 2 of 2: the embedded SQLite database; beside it the fault suite on PostgreSQL "
+        "(its output follows when both have ended)")
+    with beside("the fault suite", args, results, SCHEDULER_TEST_PART="faults"):
+        results["SQLite"] = pytest(args, SCHEDULER_TEST_DATABASE="sqlite")
+    say("; ".join(f"{name}: {verdict(status)}" for name, status in results.items())
+        + f" ({time.monotonic() - started:.0f} s)")
+    if any(status not in (0, NO_TESTS_COLLECTED) for status in results.values()):
+        return 1
+    # The arguments may choose tests of one lane only (tests/faults has no SQLite form); choosing
+    # none at all is a mistake worth pytest's own status for it.
+    return NO_TESTS_COLLECTED if all(status == NO_TESTS_COLLECTED for status in results.values()) else 0
 
 
 if __name__ == "__main__":

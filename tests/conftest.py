@@ -90,14 +90,32 @@ def runs_the_same_on_both_engines(item) -> bool:
     return not hasattr(getattr(item, "module", None), "ON_SQLITE")
 
 
+# `python -m tests` runs the suite in lanes, some at once (tests/__main__.py says which and why):
+# SCHEDULER_TEST_PART chooses one: "faults" the fault suite, "soak" the soak's short form, "rest"
+# everything else. Unset, every test is chosen.
+PART = os.environ.get("SCHEDULER_TEST_PART", "")
+PARTS = ("faults", "soak", "rest")
+if PART not in ("", *PARTS):
+    raise pytest.UsageError(f"SCHEDULER_TEST_PART={PART!r}: one of {', '.join(PARTS)}, or unset")
+
+
+def part_of(item) -> str:
+    return next((name for name in PARTS[:2] if item.get_closest_marker(name)), "rest")
+
+
+def leaves_out(item) -> bool:
+    if PART and part_of(item) != PART:
+        return True
+    return ON_SQLITE and bool(item.get_closest_marker("postgresql_only") or part_of(item) != "rest"
+                              or runs_the_same_on_both_engines(item))
+
+
 def pytest_collection_modifyitems(config, items):
-    if not ON_SQLITE:
+    if not ON_SQLITE and not PART:
         return
     keep, drop = [], []
     for item in items:
-        leave_out = (item.get_closest_marker("postgresql_only") or item.get_closest_marker("faults")
-                     or runs_the_same_on_both_engines(item))
-        (drop if leave_out else keep).append(item)
+        (drop if leaves_out(item) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
