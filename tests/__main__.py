@@ -165,4 +165,8 @@ def main(args: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # Ctrl-C: every lane has had its SIGINT and has cleaned up by now
+        say("interrupted")
+        sys.exit(130)
