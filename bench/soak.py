@@ -715,25 +715,37 @@ def spike_figures(C, vrange, at: datetime, timeout: float, log) -> dict:
     return out
 
 
+def _at_least(low):
+    """An argparse type: a number not below `low` (a soak of -1 minutes ran nothing and printed its
+    zeros as a pass)."""
+    def parse(text):
+        value = float(text) if isinstance(low, float) else int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text}: at least {low}")
+        return value
+    parse.__name__ = "number"  # argparse names the type in its message: "invalid number value"
+    return parse
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--minutes", type=float, default=None, help="default 60 (4 with --ci)")
+    ap.add_argument("--minutes", type=_at_least(1.0), default=None, help="default 60 (4 with --ci)")
     ap.add_argument("--ci", action="store_true",
                     help="the form CI runs beside the test suite's PostgreSQL pass: 4 minutes, 5,000 schedules, "
                          "5 runs/s, noisy tenant 2/s, spike 500, one portal reader; every fault and every zero "
                          "check as in the short form, at the load the suite's lane beside it leaves room for "
                          "(flags given as well override these)")
-    ap.add_argument("--schedules", type=int, default=None, help="default 10,000,000 (20,000 below 30 minutes)")
-    ap.add_argument("--rate", type=int, default=None, help="runs due per second; default 278 (20 below 30 minutes)")
-    ap.add_argument("--spike", type=int, default=None, help="runs due at the midnight; default 100,000 (2,000 below 30 minutes)")
+    ap.add_argument("--schedules", type=_at_least(1), default=None, help="default 10,000,000 (20,000 below 30 minutes)")
+    ap.add_argument("--rate", type=_at_least(1), default=None, help="runs due per second; default 278 (20 below 30 minutes)")
+    ap.add_argument("--spike", type=_at_least(0), default=None, help="runs due at the midnight; default 100,000 (2,000 below 30 minutes)")
     ap.add_argument("--quiet-spike", action=argparse.BooleanOptionalAction, default=None,
                     help="first run the spike on the quiet system (the baseline); default on from 30 minutes")
     ap.add_argument("--partition-seconds", type=int, default=None, help="default 60 (30 below 30 minutes)")
     ap.add_argument("--keep-partitions", type=int, default=4, help="finished runs kept this many partitions")
     ap.add_argument("--lease", type=int, default=10, help="SCHEDULER_LEASE_SECONDS")
-    ap.add_argument("--readers", type=int, default=None, help="portal reader loops; default 4 (1 with --ci)")
+    ap.add_argument("--readers", type=_at_least(0), default=None, help="portal reader loops; default 4 (1 with --ci)")
     ap.add_argument("--workers", default="256x200", help="CONCURRENCYxBATCH of each of the two workers")
-    ap.add_argument("--noisy-rate", type=int, default=None,
+    ap.add_argument("--noisy-rate", type=_at_least(0), default=None,
                     help="runs due per second for the noisy tenant; default max(30, rate/7) (10 below 30 minutes)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--strict-spike", action=argparse.BooleanOptionalAction, default=None,

@@ -1,8 +1,9 @@
 """The soak's CI form (bench/soak.py --ci: 4 minutes at a quarter of the short form's load): the
-design load in small, every fault of the fault suites in the middle of it (kill -9 of the scanner and of a worker, a switchover, a worker host cut
-off for twice its lease, a spike across a partition drop, the primary's node killed), on a
-pg_auto_failover formation of its own. The soak exits 1 when a zero figure is not zero: runs lost,
-duplicate runs, stale results applied, audit violations, a 5xx other than a 503 during a fault.
+design load in small, every fault of the fault suites in the middle of it (kill -9 of the scanner
+and of a worker, a switchover, a worker host cut off for twice its lease, a spike across a
+partition drop, the primary's node killed), on a pg_auto_failover formation of its own. The soak
+exits 1 when a zero figure is not zero: runs lost, duplicate runs, stale results applied, audit
+violations, a 5xx other than a 503 during a fault.
 Its table is printed into the test log (lags and times are printed, not asserted).
 
 `python -m tests` runs it in a lane of its own beside the PostgreSQL pass (tests/__main__.py)."""
