@@ -101,6 +101,12 @@ def query_negative_on_the_wire(case) -> bool:
 
     params = {p.name: p.definition.get("schema", {}) for p in case.operation.query}
     for name, value in (case.query or {}).items():
+        if isinstance(value, list):
+            # The client drops None items (`?limit=[None]` was drawn and sent no limit), and sends
+            # the array ["owner"] as `?by=owner`: the string once on the wire.
+            value = [v for v in value if v is not None]
+            if len(value) == 1 and not isinstance(value[0], (list, dict)):
+                value = value[0]
         if value is None or (isinstance(value, (list, dict)) and not value):
             continue  # never sent: the client leaves out None and empty lists (`?limit=[]` was drawn)
         if name not in params or isinstance(value, (list, dict)):

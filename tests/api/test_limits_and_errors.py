@@ -190,6 +190,18 @@ def test_an_unknown_query_parameter_is_a_400_that_lists_the_known_ones(api, path
     assert name == (next(iter(params)) or "(unnamed)") and messages[0].startswith("unknown query parameter")
 
 
+@pytest.mark.parametrize("path, query", [
+    ("/api/v1/retry-cost", "by=owner&by=target"), ("/api/v1/retry-cost", "by=owner&by=owner"),
+    ("/api/v1/runs", "limit=5&limit=6"), ("/api/v1/schedules", "enabled=true&enabled=false"),
+])
+def test_a_query_parameter_given_twice_is_a_400_not_the_last_one_wins(api, path, query):
+    # Django's QueryDict answers the last value: `?by=owner&by=target` ranked by target unheard.
+    resp = api.get(f"{path}?{query}")
+    assert resp.status_code == 400
+    (name, messages), = resp.json()["errors"].items()
+    assert name == query.split("=")[0] and messages == ["give this parameter once"]
+
+
 def test_an_action_takes_no_query_parameter(api, schedule):
     resp = api.post(f"/api/v1/schedules/{schedule.id}/trigger?force=1")
     assert resp.status_code == 400 and "takes none" in resp.json()["errors"]["force"][0]

@@ -6,6 +6,7 @@ query parameters now follow the same rule, for the same reason: `?stat=dead` use
 run. `operation()` is drf-spectacular's `extend_schema` that also remembers the documented query
 parameters, so the document and the check cannot drift apart. And an empty value (`?cursor=`,
 `?enabled=`) is a 400 rather than "no filter": a client that sends one by mistake hears about it.
+A parameter given twice is a 400 too, rather than the last one silently winning.
 """
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -40,6 +41,10 @@ class ApiView(APIView):
                     f"unknown query parameter; this operation takes {', '.join(sorted(allowed)) or 'none'}"]
             elif any(v == "" for v in values):
                 errors[name] = ["give a value or leave the parameter out"]
+            elif len(values) > 1:
+                # Every parameter takes one value (a list is comma-separated in one): which of
+                # `?by=owner&by=target` counts would be a guess, so neither does.
+                errors[name] = ["give this parameter once"]
         if errors:
             raise ValidationFailed(dict(sorted(errors.items())))
 
