@@ -29,6 +29,7 @@ from runs.queue import insert_runs, release_buffered
 from runs.store import store
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.errors import Conflict, EditConflict, ServiceError, StaleVersion, ValidationFailed
+from scheduler_project.foundation.newrows import new_row
 from scheduler_project.foundation.notify import RUNS_CHANNEL, SCHEDULES_CHANNEL, notify
 from schedules import timeexpr
 from schedules.models import AuditAction, AuditEntry, Schedule, ScheduleStatus, ScheduleVersion, Tenant, shard_bucket
@@ -69,10 +70,10 @@ def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: boo
     commit): the schedule is then inserted once, with its current version already set."""
     next_at = check_fires(rule, fields, now=now)
     sid = uuid.uuid4()
-    version = ScheduleVersion(schedule_id=sid, version=1, created_by=by.name, changes={},
-                              **with_spread_offset(fields, sid))
-    schedule = Schedule(id=sid, tenant=tenant, name=fields["name"], enabled=enabled, anchor_at=anchor_for(fields, now),
-                        shard=shard_bucket(sid), owner_id=_owner_id(tenant, owner))
+    version = new_row(ScheduleVersion, schedule_id=sid, version=1, created_by=by.name, changes={},
+                      **with_spread_offset(fields, sid))
+    schedule = new_row(Schedule, id=sid, tenant=tenant, name=fields["name"], enabled=enabled,
+                       anchor_at=anchor_for(fields, now), shard=shard_bucket(sid), owner_id=_owner_id(tenant, owner))
     if owner is not UNSET and owner is not None:
         schedule.owner = owner  # the answer shows its slug without reading it again
     # Created paused: nothing is due until it is resumed, which computes from that moment.

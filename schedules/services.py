@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from scheduler_project.foundation.errors import PayloadTooLarge, ValidationFailed
+from scheduler_project.foundation.newrows import new_row
 from schedules import timeexpr
 from schedules.models import AuditEntry, Schedule, ScheduleVersion, Tenant, TenantScheduleCount
 from schedules.spread import spread_offset, spread_problem
@@ -369,7 +370,8 @@ def version_fields(version: ScheduleVersion) -> dict:
 def audit_entry(action: str, *, by: Actor, obj_type: str, obj_id, tenant=None, tenant_id=None, before=None,
                 after=None) -> AuditEntry:
     """The unsaved audit entry for a change; `audit` saves it, bulk writers insert many."""
-    return AuditEntry(
+    return new_row(
+        AuditEntry,
         tenant_id=tenant.id if tenant else tenant_id,
         actor=by.name,
         action=action,
