@@ -64,11 +64,21 @@ def _owner_id(tenant: Tenant, owner):
     return owner.id if owner is not None else None
 
 
-def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: bool, now: datetime, owner=UNSET):
+def _new_schedule(tenant: Tenant, fields: dict, rule, *, by: Actor, enabled: bool, now: datetime, owner=UNSET,
+                  firsts: dict | None = None):
     """The unsaved schedule and its version 1 for validated `fields`. The schedule's id is made here,
     so the version can point at it before either row exists (both foreign keys are checked at
-    commit): the schedule is then inserted once, with its current version already set."""
-    next_at = check_fires(rule, fields, now=now)
+    commit): the schedule is then inserted once, with its current version already set. `firsts`:
+    a batch's first instants by rule and bounds (a rule shared through validate_fields' `rules`
+    has one first instant after the batch's `now`)."""
+    if firsts is None:
+        next_at = check_fires(rule, fields, now=now)
+    else:
+        # By the rule's identity: the batch's `rules` keeps every rule alive until it ends.
+        key = (id(rule), fields.get("start_at"), fields.get("end_at"))
+        if key not in firsts:
+            firsts[key] = check_fires(rule, fields, now=now)
+        next_at = firsts[key]
     sid = uuid.uuid4()
     version = new_row(ScheduleVersion, schedule_id=sid, version=1, created_by=by.name, changes={},
                       **with_spread_offset(fields, sid))
@@ -152,6 +162,8 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
         prefetch_related_objects([tenant], "targets")
     results: list = []
     valid = []
+    rules: dict = {}  # the batch's parsed rules, by what they were parsed from (validate_fields)
+    firsts: dict = {}  # their first instants (_new_schedule)
     for index, given in enumerate(items):
         given = dict(given)
         enabled = given.pop("enabled", True)
@@ -159,8 +171,8 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
         owner = given.pop("owner", UNSET)
         fields = {**VERSIONED_DEFAULTS, **given}
         try:
-            rule = validate_fields(tenant, fields, now=now, quotas=False)
-            made = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now, owner=owner)
+            rule = validate_fields(tenant, fields, now=now, quotas=False, rules=rules)
+            made = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now, owner=owner, firsts=firsts)
             made[0].managed_name = managed_name
             results.append((fields, made))
             valid.append((index, fields))

@@ -251,12 +251,17 @@ def check_quotas(tenant: Tenant, *, sub_minute: bool, schedule: Schedule | None)
 
 
 def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Schedule | None = None,
-                    quotas: bool = True) -> object:
+                    quotas: bool = True, rules: dict | None = None) -> object:
     """Check a full set of versioned fields against `schedule` (None: a new schedule), and the
     tenant's quotas unless `quotas` is False (a batch applies them to all its schedules at once,
     quota_refusals); returns the parsed rule. Raises ValidationFailed with every field error found,
     so a client can fix them all at once. Fills in `fields` what the version row records besides
-    what was given: the deployment's default timeout, and whether the rule is sub-minute."""
+    what was given: the deployment's default timeout, and whether the rule is sub-minute.
+
+    `rules`: a dict the caller keeps for one batch, in which a rule parsed here is kept by what
+    it was parsed from, so the batch's schedules that share an expression, zone, anchor and DST
+    policy (a fleet loaded at one `now`) parse it once. Rules are immutable (the scanner shares
+    them too: _rule)."""
     errors: dict[str, list[str]] = {}
     if fields.get("target_timeout_seconds") is None:
         # Filled here, where every create passes, so each caller gets the same clamped default.
@@ -306,17 +311,20 @@ def validate_fields(tenant: Tenant, fields: dict, *, now: datetime, schedule: Sc
     if fields["start_at"] and fields["end_at"] and fields["end_at"] <= fields["start_at"]:
         err("endAt", "endAt must be after startAt")
     rule = None
-    try:
-        timeexpr.DstPolicy.from_dict({"skipped": fields["dst_skipped"], "repeated": fields["dst_repeated"]})
-        rule = timeexpr.parse(
-            fields["expression"] or "",
-            fields["time_zone"] or "",
-            anchor=anchor_for(fields, now),
-            dst_policy=timeexpr.DstPolicy(fields["dst_skipped"], fields["dst_repeated"]),
-        )
-        fields["sub_minute"] = is_sub_minute(rule, after=anchor_for(fields, now) - timedelta(microseconds=1))
-    except timeexpr.ExpressionError as e:
-        err(e.field, str(e))
+    anchor = anchor_for(fields, now)
+    key = (fields["expression"] or "", fields["time_zone"] or "", anchor, fields["dst_skipped"], fields["dst_repeated"])
+    if rules is not None and key in rules:
+        rule, fields["sub_minute"] = rules[key]
+    else:
+        try:
+            timeexpr.DstPolicy.from_dict({"skipped": fields["dst_skipped"], "repeated": fields["dst_repeated"]})
+            rule = timeexpr.parse(key[0], key[1], anchor=anchor,
+                                  dst_policy=timeexpr.DstPolicy(fields["dst_skipped"], fields["dst_repeated"]))
+            fields["sub_minute"] = is_sub_minute(rule, after=anchor - timedelta(microseconds=1))
+            if rules is not None:
+                rules[key] = rule, fields["sub_minute"]
+        except timeexpr.ExpressionError as e:
+            err(e.field, str(e))
     if rule is not None:
         _check_spread(tenant, fields, rule, now=now, err=err)
     if errors:

@@ -3,6 +3,7 @@ single create (serializer, service, quotas), per-item results in order, one tran
 Idempotency-Key rules, and a number of statements that does not grow with the batch."""
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -12,6 +13,7 @@ from runs import actions
 from runs.actions import MAX_BATCH
 from runs.store import store
 from scheduler_project.foundation.dbclock import db_now
+from scheduler_project.foundation.errors import ValidationFailed
 from schedules.models import AuditEntry, Schedule, ScheduleVersion
 from tests.api.conftest import schedule_body
 from tests.helpers import ACTOR
@@ -48,6 +50,38 @@ def test_a_batch_item_is_stored_exactly_as_a_single_create_stores_it(api, target
     other = api.get(f"/api/v1/schedules/{made['id']}").json()
     differ = {"id", "createdAt", "updatedAt", "nextRunAt"}
     assert {k: v for k, v in other.items() if k not in differ} == {k: v for k, v in one.items() if k not in differ}
+
+
+def test_items_sharing_a_rule_get_what_each_would_get_alone(tenant, target):
+    """A batch parses a rule once for the items that share it, and takes its first instant once
+    per start and end: every item's first instant and sub-minute flag are still its own."""
+    now = db_now()
+    url = target.url + "/x"
+    variants = [
+        {"expression": "*/5 * * * *", "time_zone": "UTC"},
+        {"expression": "*/5 * * * *", "time_zone": "Asia/Kathmandu"},
+        {"expression": "rate(7 minutes)", "time_zone": "UTC"},
+        {"expression": "rate(7 minutes)", "time_zone": "UTC", "start_at": now + timedelta(hours=3)},
+        {"expression": "rate(7 minutes)", "time_zone": "UTC", "start_at": now + timedelta(hours=5)},
+        {"expression": "RRULE:FREQ=SECONDLY;INTERVAL=10", "time_zone": "UTC"},
+        {"expression": "0 9 * * *", "time_zone": "UTC", "end_at": now + timedelta(days=400)},
+        {"expression": "0 9 * * *", "time_zone": "UTC", "dst_skipped": "skip"},
+    ]
+    items = [{**v, "name": f"v{i}-{k}", "target_url": url} for k in range(3) for i, v in enumerate(variants)]
+    made = actions.create_schedules(tenant, items, by=ACTOR, now=now)
+    for item, schedule in zip(items, made):
+        alone = actions.create_schedule(tenant, {**item, "name": item["name"] + "-alone"}, by=ACTOR, now=now)
+        assert schedule.next_run_at == alone.next_run_at, item
+        stored = ScheduleVersion.objects.get(id=schedule.current_id)
+        assert stored.sub_minute == alone.current.sub_minute == item["expression"].startswith("RRULE:FREQ=SECONDLY")
+
+    # An end before the shared rule's first instant: refused, as it would be alone.
+    daily = {"expression": "0 9 * * *", "time_zone": "UTC", "target_url": url}
+    first = made[6].next_run_at
+    open_ended, ended = actions.create_schedules(tenant, [{**daily, "name": "a"}, {**daily, "name": "b", "end_at": first}],
+                                                 by=ACTOR, now=now)
+    assert open_ended.next_run_at == first
+    assert isinstance(ended, ValidationFailed) and "never fires" in str(ended)
 
 
 def test_refused_items_get_the_single_creates_answer_and_the_others_are_created(api, tenant, target):
