@@ -24,6 +24,7 @@ from datetime import datetime
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.utils import timezone
 
 from runs.decisions import Claimed, Decided, completion_kind
 from runs.partitions import LIVE_FLOOR_SQL
@@ -455,17 +456,29 @@ def _ts(dt):
     return dt.isoformat() if dt is not None else None
 
 
-def _copy_value(field):
-    """How PostgresStore.rows_insert_new reads one column's value from an instance."""
-    if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-        return lambda obj: field.pre_save(obj, True)
+def _copy_value(field, stamp):
+    """How PostgresStore.rows_insert_new reads one column's value from an instance. An auto_now or
+    auto_now_add column takes `stamp`, the statement's one timestamp, set on the instance as its
+    pre_save sets it (a field's pre_save read the clock for every row and column)."""
     name = field.attname
+    if isinstance(field, models.DateTimeField) and (field.auto_now or field.auto_now_add):
+        def stamped(obj):
+            setattr(obj, name, stamp)
+            return stamp
+        return stamped
+    if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):  # a DateField's: today
+        return lambda obj: field.pre_save(obj, True)
     if isinstance(field, models.JSONField):
         encoder = (field.encoder or json.JSONEncoder)()
 
         def as_json(obj, enc=encoder):
             value = getattr(obj, name)
-            return None if value is None else enc.encode(value)
+            if value is None:
+                return None
+            # Most rows' headers, changes and payloads are empty: their text without the encoder.
+            if not value and type(value) is dict:
+                return "{}"
+            return enc.encode(value)
         return as_json
     return lambda obj: getattr(obj, name)
 
@@ -525,8 +538,8 @@ class PostgresStore(PostgresHistory, PortableStore):
         the field's adapters and dumps each column as a text array literal in Python, ~60% of a
         1,000-schedule batch (bench/api_create.py --bulk). Here the values go to COPY as the
         instance holds them (already of the column's type: the callers build them from checked
-        fields), JSON as its text, and auto_now/auto_now_add stamps through the field's pre_save
-        as bulk_create makes them. An auto-numbered key is taken from its sequence in one
+        fields), JSON as its text, and auto_now/auto_now_add stamps set as the field's pre_save
+        sets them, one timestamp for the statement. An auto-numbered key is taken from its sequence in one
         statement when the caller needs it, and left to the column default otherwise."""
         if not objs:
             return
@@ -544,7 +557,8 @@ class PostgresStore(PostgresHistory, PortableStore):
                 for obj, (new_id,) in zip(objs, cur.fetchall()):
                     setattr(obj, pk.attname, new_id)
             fields = [pk, *fields]
-        getters = [_copy_value(f) for f in fields]
+        stamp = timezone.now()
+        getters = [_copy_value(f, stamp) for f in fields]
         cols = ", ".join(conn.ops.quote_name(f.column) for f in fields)
         conn.ensure_connection()
         with conn.connection.cursor() as cur:

@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
+from django.db import connection
 from django.db.models.signals import post_init
 
 from runs import actions
@@ -106,5 +107,11 @@ def test_rows_made_by_the_create_paths_save_and_read_back(tenant, target):
         assert stored.tenant_id == tenant.id and stored.current.version == 1
         assert stored.current.payload == {"k": [1, 2]} and stored.current.time_zone == "Europe/Berlin"
         assert stored.next_run_at == made.next_run_at
+        # The stamps the insert set on the instance are the ones stored (one per statement in a batch).
+        assert (stored.created_at, stored.updated_at) == (made.created_at, made.updated_at)
+        assert stored.current.created_at == made.current.created_at
         entry = AuditEntry.objects.get(object_id=str(made.id))
         assert entry.action == "schedule.create" and entry.after["name"] == made.name
+        assert entry.before is None and stored.current.changes == {} and stored.current.target_headers == {}
+    if connection.vendor == "postgresql":  # COPY stamps a statement's rows once; bulk_create row by row
+        assert len({m.created_at for m in many}) == 1
