@@ -8,11 +8,13 @@ what a schedule means (expression, zone, allowlist, bounds) is checked by `sched
 import threading
 from datetime import datetime, timedelta, timezone
 
+from django.core.validators import MaxLengthValidator, MinLengthValidator, ProhibitNullCharactersValidator
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.settings import api_settings
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from scheduler_project.web.api.audit_shape import audit_value
 from scheduler_project.web.api.representation import compiled
@@ -110,6 +112,18 @@ class StrictSerializer(serializers.Serializer):
             if not field.read_only and (name in given or name not in skip):
                 yield field
 
+    def run_validators(self, value):
+        # DRF first merges the read-only fields' defaults into the value for the serializer's own
+        # validators; these serializers declare none (they check in validate()), so there is
+        # nothing to merge for and nothing to run.
+        if self.validators:
+            super().run_validators(value)
+
+
+# The validators DRF's CharField adds by itself; a field with only these can take the fast path.
+_CHAR_VALIDATORS = (MaxLengthValidator, MinLengthValidator, ProhibitNullCharactersValidator,
+                    ProhibitSurrogateCharactersValidator)
+
 
 class StrictCharField(serializers.CharField):
     """Text only: DRF's CharField would store the number 5 as "5". JSON has types, and a client
@@ -119,6 +133,17 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+    def run_validators(self, value):
+        # CharField's own validators (length, NUL, surrogates: the last a Python loop over every
+        # character) for the value they all pass, ASCII within the bounds, in one test; any other
+        # value, or a field with validators of its own, goes through them for their messages.
+        if (type(value) is str and value.isascii() and "\x00" not in value
+                and (self.max_length is None or len(value) <= self.max_length)
+                and (self.min_length is None or len(value) >= self.min_length)
+                and all(type(v) in _CHAR_VALIDATORS for v in self.validators)):
+            return
+        super().run_validators(value)
 
 
 class StrictIntegerField(serializers.IntegerField):
