@@ -50,38 +50,55 @@ def _reject_constant(name):
 
 def check_json_value(value, path: str = "body") -> None:
     """Raise ParseError for values that are legal in Python's JSON but not storable or not
-    portable. Iterates with an explicit stack so a hostile body cannot exhaust recursion here."""
+    portable. Iterates with an explicit stack so a hostile body cannot exhaust recursion here.
+    Where a value is (`body.schedules[3].name`) is spelled out only for an error: a batch's body
+    holds thousands of values, nearly always all fine."""
     stack = [(value, 1, path)]
     while stack:
         v, d, where = stack.pop()
         if d > MAX_JSON_DEPTH:
-            raise exceptions.ParseError(f"{where} is nested more than {MAX_JSON_DEPTH} levels deep")
+            raise exceptions.ParseError(f"{_spelled(where)} is nested more than {MAX_JSON_DEPTH} levels deep")
         if isinstance(v, dict):
             for k, item in v.items():
-                _check_string(k, f"{where} key")
-                stack.append((item, d + 1, f"{where}.{k}"[:200]))
+                _check_string(k, (where, " key", None))
+                stack.append((item, d + 1, (where, ".", k)))
         elif isinstance(v, list):
             for i, item in enumerate(v):
-                stack.append((item, d + 1, f"{where}[{i}]"[:200]))
+                stack.append((item, d + 1, (where, "[", i)))
         elif isinstance(v, str):
             _check_string(v, where)
         elif isinstance(v, bool) or v is None:
             pass
         elif isinstance(v, int):
             if abs(v) > MAX_JSON_INT:
-                raise exceptions.ParseError(f"{where}: integers must fit in 64 bits")
+                raise exceptions.ParseError(f"{_spelled(where)}: integers must fit in 64 bits")
         elif isinstance(v, float):
             if not math.isfinite(v):
-                raise exceptions.ParseError(f"{where}: numbers must be finite")
+                raise exceptions.ParseError(f"{_spelled(where)}: numbers must be finite")
 
 
-def _check_string(s: str, where: str) -> None:
+def _spelled(where) -> str:
+    """A place as check_json_value names it: `where` is the path's text, or (parent, step, key) for
+    a key (step " key"), a member (".") or an item ("["), each step's text cut at 200 characters."""
+    steps = []
+    while not isinstance(where, str):
+        where, step, key = where
+        steps.append((step, key))
+    for step, key in reversed(steps):
+        where = f"{where} key" if step == " key" else f"{where}.{key}"[:200] if step == "." else f"{where}[{key}]"[:200]
+    return where
+
+
+def _check_string(s: str, where) -> None:
     if "\x00" in s:
-        raise exceptions.ParseError(f"{where}: strings may not contain NUL (\\u0000)")
+        raise exceptions.ParseError(f"{_spelled(where)}: strings may not contain NUL (\\u0000)")
+    if s.isascii():
+        return  # no surrogate is ASCII
     try:
         s.encode("utf-8")
     except UnicodeEncodeError:
-        raise exceptions.ParseError(f"{where}: strings must be valid Unicode (a lone surrogate escape was sent)")
+        raise exceptions.ParseError(
+            f"{_spelled(where)}: strings must be valid Unicode (a lone surrogate escape was sent)") from None
 
 
 def _unique_keys(pairs: list) -> dict:
