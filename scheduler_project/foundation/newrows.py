@@ -3,9 +3,9 @@
 `new_row(Model, **values)` is `Model(**values)` for the write paths that build many instances at
 once (a batch of a thousand schedules makes three thousand: the version, the schedule and the audit
 entry of each): Django's constructor walks every field through its generic keyword handling, and
-in the batch create it was a larger share of the request than any one of the inserts. Here the
-fields' attribute names and default getters are read once per model, and each instance is one
-pass over them.
+in the batch create it was a larger share of the request than any one of the inserts. Here what
+each field's default is gets read once per model: the constant defaults are copied into a new
+instance in one step, only the callable ones are called, and the given values put over them.
 
 The result is what the constructor makes: every concrete field set (given, or its default, called
 anew for each instance), a related object given by its field name set through its descriptor (so
@@ -22,10 +22,25 @@ _PLANS: dict = {}
 
 
 def _plan(model) -> tuple:
-    fields = [f for f in model._meta.concrete_fields if not f.generated]
-    # (attname, the field's name when it is a relation, the default's getter): Field.get_default
-    # is this getter behind one more call.
-    return tuple((f.attname, f.name if f.is_relation else None, f._get_default) for f in fields)
+    """(constant defaults by attname, [(attname, default getter)] for the rest, relation names to
+    attnames, every attname). A default is constant when the field's getter returns the same
+    immutable value every time (None, "", or a non-callable default: Django requires a callable
+    for a mutable one); a callable default (uuid4, dict, now) or a database default is called for
+    each row, as the constructor calls it."""
+    constant, called, relations, attnames = {}, [], {}, set()
+    for f in model._meta.concrete_fields:
+        if f.generated:
+            continue
+        attnames.add(f.attname)
+        if f.is_relation:
+            relations[f.name] = f.attname
+        getter = f._get_default
+        if (f.has_default() and not callable(f.default)) or (not f.has_default() and not f.has_db_default()
+                                                             and getter() in (None, "")):
+            constant[f.attname] = getter()
+        else:
+            called.append((f.attname, getter))
+    return constant, tuple(called), relations, frozenset(attnames)
 
 
 def new_row(model, /, **values):
@@ -35,23 +50,22 @@ def new_row(model, /, **values):
     plan = _PLANS.get(model)
     if plan is None:
         plan = _PLANS[model] = _plan(model)
+    constant, called, relations, attnames = plan
     obj = model.__new__(model)
     obj._state = ModelState()
     data = obj.__dict__
-    related = []
-    for attname, name, default in plan:
-        if attname in values:
-            data[attname] = values.pop(attname)
-        elif name is not None and name in values:
-            related.append((name, values.pop(name)))
-        else:
+    data.update(constant)
+    for attname, default in called:
+        if attname not in values:
             data[attname] = default()
-    for name, value in related:
+    later = []
+    for name, value in values.items():
+        if name in attnames:
+            data[name] = value
+        elif name in relations or name in model._meta._property_names:
+            later.append((name, value))  # through the descriptor: the related object cached, its id taken
+        else:
+            raise TypeError(f"{model.__qualname__}() got unexpected keyword arguments: '{name}'")
+    for name, value in later:
         setattr(obj, name, value)
-    if values:
-        properties = model._meta._property_names
-        for name, value in values.items():
-            if name not in properties:
-                raise TypeError(f"{model.__qualname__}() got unexpected keyword arguments: '{name}'")
-            setattr(obj, name, value)
     return obj
