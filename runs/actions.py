@@ -41,7 +41,6 @@ from schedules.services import (
     audit,
     audit_entry,
     check_quotas,
-    default_timeout_seconds,
     first_run_at,
     jsonable,
     quota_locks,
@@ -165,15 +164,12 @@ def create_schedules(tenant: Tenant, items: list, *, by: Actor, now: datetime) -
     valid = []
     rules: dict = {}  # the batch's parsed rules, by what they were parsed from (validate_fields)
     firsts: dict = {}  # their first instants (_new_schedule)
-    timeout = default_timeout_seconds()  # what validate_fields fills in, read from the settings once
     for index, given in enumerate(items):
         given = dict(given)
         enabled = given.pop("enabled", True)
         managed_name = given.pop("managed_name", None)  # a schedule set's (runs.schedule_apply)
         owner = given.pop("owner", UNSET)
         fields = {**VERSIONED_DEFAULTS, **given}
-        if fields["target_timeout_seconds"] is None:
-            fields["target_timeout_seconds"] = timeout
         try:
             rule = validate_fields(tenant, fields, now=now, quotas=False, rules=rules)
             made = _new_schedule(tenant, fields, rule, by=by, enabled=enabled, now=now, owner=owner, firsts=firsts)
