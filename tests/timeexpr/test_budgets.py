@@ -5,6 +5,7 @@ Work is counted in deterministic units (schedules/timeexpr/budget.py), so these 
 depend on the machine; bench/timeexpr_costs.py prints the same costs in milliseconds.
 """
 
+import gc
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -180,3 +181,23 @@ def test_a_stall_the_rule_did_not_cause_does_not_refuse_it_but_a_runaway_path_is
     assert m.used <= 3 * budget._CPU_CHECK_EVERY
     assert f"more than {budget.VALIDATION_CPU_SECONDS * 1000:.0f} ms of CPU (after" in str(exc.value)
     assert "budget of 30000 work units" not in str(exc.value)
+
+
+def test_a_full_collection_of_a_large_heap_is_not_charged_to_the_rule():
+    # A pytest process late in the suite (and a long-lived scanner) holds millions of objects: a
+    # full collection triggered in the middle of a validation cost it over the 500 ms guard in CI
+    # and refused FREQ=YEARLY;COUNT=3, which costs a few milliseconds.
+    heap = [{"n": i, "of": [i]} for i in range(1_000_000)]
+    guard = 0.02
+    with budget.metered("validating the expression", 30_000, guard):
+        before = time.thread_time()
+        gc.collect()
+        assert time.thread_time() - before > guard  # the collection alone is over the guard
+        budget.charge(budget._CPU_CHECK_EVERY)  # and does not refuse the rule
+        # CPU the units did not charge, outside a collection, still does.
+        until = time.thread_time() + 2 * guard
+        while time.thread_time() < until:
+            pass
+        with pytest.raises(TooExpensive):
+            budget.charge(budget._CPU_CHECK_EVERY)
+    del heap
