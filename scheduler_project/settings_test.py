@@ -24,5 +24,10 @@ if ON_SQLITE:
 else:
     # Not "scheduler-…": tests that terminate the scheduler's sessions must not end their own.
     DATABASES["default"]["OPTIONS"]["application_name"] = "tests"  # noqa: F405
+    if os.environ.get("SCHEDULER_TEST_PART") == "soak":
+        # The soak's lane runs beside the main PostgreSQL pass, with tests of its own (marker
+        # beside_soak) after the soak: a test database of its own, so neither pass sees the
+        # other's rows, sessions or locks.
+        DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_beside"}  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests

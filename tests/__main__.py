@@ -6,9 +6,10 @@
    the failover and network suites, nginx (and openssl for its test certificate) for the web
    tier's set-up. Missing packages are installed with apt-get (as CI's machines
    and the development machines allow); where that is impossible it says what to install.
-2. pytest on PostgreSQL: every test but the fault suite (marker `faults`) and the soak's CI form
-   (marker `soak`). Beside it, in a process of its own, the soak's CI form (bench/soak.py --ci, on
-   a pg_auto_failover formation of its own, not the machine's PostgreSQL).
+2. pytest on PostgreSQL: every test but the fault suite (marker `faults`), the soak's CI form
+   (marker `soak`) and the long tests marked `beside_soak`. Beside it, in a process of its own, the
+   soak's CI form (bench/soak.py --ci, on a pg_auto_failover formation of its own, not the machine's
+   PostgreSQL), then the `beside_soak` tests on a test database of their own.
 3. pytest on the embedded SQLite database (SCHEDULER_TEST_DATABASE=sqlite): every test but those
    marked postgresql_only, the fault suite, the soak, and the tests that use no database (they ran
    the same in pass 1); tests/README.md says which and why. Beside it, in a process of its own, the
@@ -147,8 +148,8 @@ def main(args: list[str]) -> int:
     ensure_postgres()
     started = time.monotonic()
     results: dict[str, int] = {}
-    say("pass 1 of 2: PostgreSQL, all but the fault suite and the soak; beside it the soak's CI form "
-        "(its output follows when both have ended)")
+    say("pass 1 of 2: PostgreSQL, all but the fault suite and the soak; beside it the soak's CI form, "
+        "then the tests marked beside_soak (its output follows when both have ended)")
     with beside("the soak's CI form", args, results, SCHEDULER_TEST_PART="soak"):
         results["PostgreSQL"] = pytest(args, SCHEDULER_TEST_PART="rest")
     say("pass 2 of 2: the embedded SQLite database; beside it the fault suite on PostgreSQL "

@@ -92,7 +92,8 @@ def runs_the_same_on_both_engines(item) -> bool:
 
 # `python -m tests` runs the suite in lanes, some at once (tests/__main__.py says which and why):
 # SCHEDULER_TEST_PART chooses one: "faults" the fault suite, "soak" the soak's CI form (each by its
-# marker), "rest" everything else. Unset, every test is chosen.
+# marker) and, after it, the PostgreSQL tests marked `beside_soak`, "rest" everything else. Unset,
+# every test is chosen.
 PART = os.environ.get("SCHEDULER_TEST_PART", "")
 LANE_MARKERS = ("faults", "soak")
 PARTS = (*LANE_MARKERS, "rest")
@@ -100,14 +101,22 @@ if PART not in ("", *PARTS):
     raise pytest.UsageError(f"SCHEDULER_TEST_PART={PART!r}: one of {', '.join(PARTS)}, or unset")
 
 
+def lane_marker(item) -> str | None:
+    return next((name for name in LANE_MARKERS if item.get_closest_marker(name)), None)
+
+
 def part_of(item) -> str:
-    return next((name for name in LANE_MARKERS if item.get_closest_marker(name)), "rest")
+    """The lane a test runs in: its lane marker's; a `beside_soak` test's is the soak's on PostgreSQL
+    (on SQLite it is an ordinary test of the SQLite pass)."""
+    if (lane := lane_marker(item)) is not None:
+        return lane
+    return "soak" if item.get_closest_marker("beside_soak") and not ON_SQLITE else "rest"
 
 
 def leaves_out(item) -> bool:
     if PART and part_of(item) != PART:
         return True
-    return ON_SQLITE and bool(item.get_closest_marker("postgresql_only") or part_of(item) != "rest"
+    return ON_SQLITE and bool(item.get_closest_marker("postgresql_only") or lane_marker(item) is not None
                               or runs_the_same_on_both_engines(item))
 
 
@@ -120,6 +129,9 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if PART == "soak":
+        # The soak first: what its lane adds after it must not slow the formation it times.
+        items.sort(key=lambda item: lane_marker(item) != "soak")
 
 
 @pytest.fixture(autouse=True)

@@ -42,6 +42,8 @@ schema = schemathesis.from_wsgi(
 # declares the bearer key answers without it.
 CHECKS = ALL_CHECKS
 
+pytestmark = pytest.mark.beside_soak
+
 
 @pytest.fixture
 def same_connection():

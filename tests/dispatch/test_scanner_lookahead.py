@@ -11,7 +11,7 @@ from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
 from tests.helpers import make_schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside_soak]
 
 BURST = 600  # more than the first look-ahead probe (500 schedules)
 

@@ -11,7 +11,7 @@ from django.test import Client
 
 from .test_every_page_and_action import crawl, local, parse, user, world  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.beside_soak]
 
 BAD_VALUES = {
     "NUL": "a\x00b",

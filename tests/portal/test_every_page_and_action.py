@@ -20,7 +20,7 @@ from tests.helpers import ACTOR, make_schedule
 
 from .conftest import login, make_run
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.beside_soak]
 
 PAGE_BUDGET = 400
 SKIP_PREFIXES = ("/accounts/logout", "/static/", "/api/", "/admin/logout", "/admin/jsi18n")

@@ -14,7 +14,7 @@ from schedules.models import Schedule
 from tests.helpers import ACTOR, make_schedule
 from tests.timesched.support import scan_until_idle
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.beside_soak]
 
 MANY = 2_000
 

@@ -17,7 +17,7 @@ from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR
 from tests.timesched.support import scan_until_idle
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.beside_soak]
 
 SPAN = timedelta(hours=23)
 
