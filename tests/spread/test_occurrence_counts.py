@@ -12,8 +12,6 @@ from dispatch import forecast_counts as fcounts
 from schedules import timeexpr
 from schedules.timeexpr.types import REPEATED_CHOICES, SKIPPED_CHOICES
 
-pytestmark = pytest.mark.beside_soak
-
 UTC = timezone.utc
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata",
          "America/St_Johns", "Pacific/Chatham", "America/Santiago")
