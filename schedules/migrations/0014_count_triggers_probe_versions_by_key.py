@@ -16,17 +16,20 @@ from django.db import migrations
 
 SLOTS = 16  # as 0007
 
-# A schedule row `n` (new_schedules or old_schedules) and its version's sub-minute flag.
-_VERSION = ("LEFT JOIN LATERAL (SELECT v0.sub_minute FROM schedules_scheduleversion v0 "
-            "WHERE v0.id = {rows}.current_id OFFSET 0) v ON true")
+# How a schedule row ({rows}: new_schedules or old_schedules) finds its version's sub-minute flag.
+PROBED = ("LEFT JOIN LATERAL (SELECT v0.sub_minute FROM schedules_scheduleversion v0 "
+          "WHERE v0.id = {rows}.current_id OFFSET 0) v ON true")
+JOINED = "LEFT JOIN schedules_scheduleversion v ON v.id = {rows}.current_id"  # 0007's
 
-POSTGRES = f"""
+
+def _functions(version: str) -> str:
+    return f"""
 CREATE OR REPLACE FUNCTION schedules_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     -- One upsert per statement, whatever it inserts (a batch create is one COPY).
     INSERT INTO schedules_tenantschedulecount AS c (tenant_id, slot, live, sub_minute)
     SELECT n.tenant_id, mod(pg_backend_pid(), {SLOTS}), count(*), count(*) FILTER (WHERE v.sub_minute)
-    FROM new_schedules n {_VERSION.format(rows="n")}
+    FROM new_schedules n {version.format(rows="n")}
     WHERE n.status <> 'archived'
     GROUP BY n.tenant_id
     ON CONFLICT (tenant_id, slot)
@@ -39,7 +42,7 @@ BEGIN
     -- Only rows that exist are changed: when a tenant's counts go with the tenant, nothing is left.
     UPDATE schedules_tenantschedulecount c SET live = c.live - d.live, sub_minute = c.sub_minute - d.sub_minute
     FROM (SELECT o.tenant_id, count(*) AS live, count(*) FILTER (WHERE v.sub_minute) AS sub_minute
-          FROM old_schedules o {_VERSION.format(rows="o")}
+          FROM old_schedules o {version.format(rows="o")}
           WHERE o.status <> 'archived' GROUP BY o.tenant_id) d
     WHERE c.tenant_id = d.tenant_id
       AND c.slot = (SELECT min(m.slot) FROM schedules_tenantschedulecount m WHERE m.tenant_id = d.tenant_id);
@@ -47,31 +50,9 @@ BEGIN
 END $$;
 """
 
-# 0007's bodies, for going back.
-POSTGRES_REVERSE = f"""
-CREATE OR REPLACE FUNCTION schedules_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO schedules_tenantschedulecount AS c (tenant_id, slot, live, sub_minute)
-    SELECT n.tenant_id, mod(pg_backend_pid(), {SLOTS}), count(*), count(*) FILTER (WHERE v.sub_minute)
-    FROM new_schedules n LEFT JOIN schedules_scheduleversion v ON v.id = n.current_id
-    WHERE n.status <> 'archived'
-    GROUP BY n.tenant_id
-    ON CONFLICT (tenant_id, slot)
-    DO UPDATE SET live = c.live + EXCLUDED.live, sub_minute = c.sub_minute + EXCLUDED.sub_minute;
-    RETURN NULL;
-END $$;
 
-CREATE OR REPLACE FUNCTION schedules_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE schedules_tenantschedulecount c SET live = c.live - d.live, sub_minute = c.sub_minute - d.sub_minute
-    FROM (SELECT o.tenant_id, count(*) AS live, count(*) FILTER (WHERE v.sub_minute) AS sub_minute
-          FROM old_schedules o LEFT JOIN schedules_scheduleversion v ON v.id = o.current_id
-          WHERE o.status <> 'archived' GROUP BY o.tenant_id) d
-    WHERE c.tenant_id = d.tenant_id
-      AND c.slot = (SELECT min(m.slot) FROM schedules_tenantschedulecount m WHERE m.tenant_id = d.tenant_id);
-    RETURN NULL;
-END $$;
-"""
+POSTGRES = _functions(PROBED)
+POSTGRES_REVERSE = _functions(JOINED)
 
 
 def forward(apps, schema_editor):
