@@ -16,6 +16,7 @@ import importlib
 from django.db import migrations
 
 _0007 = importlib.import_module("dispatch.migrations.0007_forecast_summary")
+_0014 = importlib.import_module("schedules.migrations.0014_count_triggers_probe_versions_by_key")
 
 
 def _probed(rows: str, sign: int, *, versions_changed: bool) -> str:
@@ -29,10 +30,10 @@ def _probed(rows: str, sign: int, *, versions_changed: bool) -> str:
     return f"SELECT {_0007._ALIASED}, {sign} AS sign {joined} WHERE {_0007.SCOPE}"
 
 
-def _functions(select) -> str:
+def _functions(select, settings: str = "") -> str:
     delta = _0007._pg_delta
     return f"""
-CREATE OR REPLACE FUNCTION forecast_schedules_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION forecast_schedules_changed() RETURNS trigger LANGUAGE plpgsql {settings} AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         {delta(select("new_rows", 1, False))}
@@ -44,7 +45,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION forecast_versions_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION forecast_versions_changed() RETURNS trigger LANGUAGE plpgsql {settings} AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         {delta(select("old_rows", -1, True))}
@@ -56,7 +57,9 @@ END $$;
 """
 
 
-POSTGRES = _functions(lambda rows, sign, versions_changed: _probed(rows, sign, versions_changed=versions_changed))
+# Planned for a table of a page or two, a probe would be a whole read per row until the next ANALYZE.
+POSTGRES = _functions(lambda rows, sign, versions_changed: _probed(rows, sign, versions_changed=versions_changed),
+                      _0014.NO_SEQSCAN)
 POSTGRES_REVERSE = _functions(
     lambda rows, sign, versions_changed: _0007._pg_select("schedules_schedule", rows, sign) if versions_changed
     else _0007._pg_select(rows, "schedules_scheduleversion", sign))
