@@ -35,7 +35,8 @@ tenant back for the backoff (a circuit per tenant, in memory: other relays find 
 themselves): a dead webhook costs one call per backoff interval, not one per event. The
 tenant's other claimed events are put back with the same wait without using an attempt.
 
-Published events older than SCHEDULER_OUTBOX_RETENTION_HOURS are deleted in bounded batches.
+Published events older than SCHEDULER_OUTBOX_RETENTION_HOURS are deleted in bounded batches on
+SQLite; on PostgreSQL retention removes them with their partition of the outbox (`maintain`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from django.db.models import Case, DateTimeField, F, PositiveIntegerField, TextF
 from dispatch import signing
 from dispatch.safehttp import HttpOutcome, SafeClient, client_from_settings
 from runs.models import OutboxEvent
+from runs.store import store
 from scheduler_project.foundation.dbclock import db_now
 
 log = logging.getLogger("scheduler.relay")
@@ -245,12 +247,11 @@ def record(outcomes: list[Outcome]) -> None:
 
 
 def prune_published(*, older_than_hours: float | None = None, limit: int = PRUNE_BATCH) -> int:
-    """Delete up to `limit` events published longer ago than the retention, oldest first."""
+    """Delete up to `limit` events published longer ago than the retention, where the store
+    removes events row by row (SQLite); on PostgreSQL none, the outbox's partitions go whole."""
     hours = settings.SCHEDULER_OUTBOX_RETENTION_HOURS if older_than_hours is None else older_than_hours
-    cutoff = db_now() - timedelta(hours=hours)
-    ids = OutboxEvent.objects.filter(published_at__lt=cutoff).order_by("published_at").values("id")[:limit]
-    deleted, _ = OutboxEvent.objects.filter(id__in=ids).delete()
-    return deleted
+    with transaction.atomic():
+        return store().history_delete_published_events(published_before=db_now() - timedelta(hours=hours), limit=limit)
 
 
 # --- the relay -------------------------------------------------------------------------------

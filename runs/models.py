@@ -391,8 +391,6 @@ class OutboxEvent(models.Model):
         indexes = [
             # The relay's queue: unpublished events in order.
             models.Index(fields=["id"], name="outbox_unpublished_idx", condition=Q(published_at__isnull=True)),
-            # Retention pruning of published events.
-            models.Index(fields=["published_at"], name="outbox_published_idx", condition=Q(published_at__isnull=False)),
             # The relay's claim (dispatch.relay): never-tried events (next_attempt_at null) in id
             # order, and due retries by next_attempt_at. Without it a webhook that is down
             # leaves a backlog that every claim would walk past.
