@@ -611,10 +611,41 @@ SELECT pg_database_size(current_database()),
 """
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+PG_BACKENDS_SQL = "SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity"
+
+
+def cpu_seconds(pid: int) -> tuple[str, float] | None:
+    """(command name, user + system CPU seconds) of a process, or None once it is gone."""
+    try:
+        raw = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    comm = raw[raw.index("(") + 1:raw.rindex(")")]
+    fields = raw[raw.rindex(")") + 2:].split()
+    return comm, (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def pg_role(pid: int) -> str:
+    """What a PostgreSQL process that is not a client backend of the primary does ('walreceiver',
+    'startup recovering', 'checkpointer', ...), from its title."""
+    try:
+        title = open(f"/proc/{pid}/cmdline").read().replace("\0", " ").strip()
+    except OSError:
+        return "?"
+    if ": " not in title:
+        return "postmaster"
+    words = [w for w in title.split(": ")[-1].split() if not any(ch.isdigit() for ch in w)]
+    return " ".join(words[:2]) or title[:30]
+
+
 class Sampler:
     def __init__(self, procs: dict, every: float, t0: float):
         self.procs, self.every, self.t0 = procs, every, t0
         self.rss = []  # (seconds since t0, {name: MiB})
+        # (seconds since t0, {pid: (label, CPU seconds)}): every process on the machine, so the
+        # report can say where the machine's time went (ours, PostgreSQL's by client, the rest).
+        self.cpu = []
         self.disk = []  # (seconds since t0, db, runs tables, outbox, wal, partitions, removals)
         self.load = []
         self.stop = threading.Event()
@@ -646,12 +677,64 @@ class Sampler:
                     if v is not None:
                         out[f"{key}/{c}"] = v
         self.rss.append((now, out))
+        self.cpu.append((now, self._cpu_by_pid()))
         try:
             row = retry_db(lambda: C.sql(DISK_SQL)[0], timeout=20)
             self.disk.append((now, *row))
         except Exception:
             pass
         self.load.append((now, os.getloadavg()[0]))
+
+    def _cpu_by_pid(self) -> dict:
+        import common as C
+
+        ours = {}
+        for name, p in self.procs.items():
+            if p.alive():
+                ours[p.popen.pid] = name
+                for c in children(p.popen.pid):
+                    ours[c] = f"{name} (children)"
+        ours[os.getpid()] = "soak (this process: ledger, web load)"
+        try:
+            backends = {pid: f"pg: {app}" for pid, app in C.sql(PG_BACKENDS_SQL)}
+        except Exception:
+            backends = {}
+        out = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            got = cpu_seconds(pid)
+            if got is None or got[1] == 0:
+                continue
+            comm, secs = got
+            if pid in ours:
+                label = ours[pid]
+            elif pid in backends:
+                label = backends[pid]
+            elif comm == "postgres":
+                label = f"pg other: {pg_role(pid)}"
+            else:
+                label = comm
+            out[pid] = (label, secs)
+        return out
+
+    def cpu_by_label(self, since: float) -> tuple[float, dict]:
+        """CPU seconds per label between the first sample at or after `since` and the last one;
+        a process first seen later counts from its first sample, one gone before the end up to
+        its last."""
+        samples = [(t, d) for t, d in self.cpu if t >= since]
+        if len(samples) < 2:
+            return 0.0, {}
+        first, last = {}, {}
+        for _, d in samples:
+            for pid, v in d.items():
+                first.setdefault(pid, v)
+                last[pid] = v
+        out: dict = {}
+        for pid, (label, secs) in last.items():
+            out[label] = out.get(label, 0.0) + max(0.0, secs - first[pid][1])
+        return samples[-1][0] - samples[0][0], out
 
     def _run(self):
         while not self.stop.wait(self.every):
@@ -1328,16 +1411,30 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
         print(f"  runs tables after the first retention window (+{first_window}s): {base / 2**20:.0f} MiB, "
               f"largest after {top / 2**20:.0f} MiB ({(top / base - 1) * 100 if base else 0:+.0f}%; goal within 10%)")
 
-    print(f"\nRSS (MiB) per process: after warm-up (+{warm:.0f}s), largest, last; growth after warm-up (goal <= 10%)")
+    print(f"\nRSS (MiB) per process: after warm-up (+{warm:.0f}s), largest, last; growth after warm-up (goal <= 10%); "
+          "growth over the last third of the run (a rise that stopped, or one still going)")
     names = sorted({k for _, d in sampler.rss for k in d})
+    third = (sampler.rss[-1][0] * 2 / 3) if sampler.rss else 0.0
     for name in names:
         series = [(tt, d[name]) for tt, d in sampler.rss if name in d]
         # From the process's own start: a restarted one warms up again.
         warm_v = next((v for tt, v in series if tt >= max(warm, series[0][0] + warm)), None)
+        third_v = next((v for tt, v in series if tt >= max(third, series[0][0] + warm)), None)
         top = max(v for _, v in series)
         lastv = series[-1][1]
         growth = (lastv / warm_v - 1) * 100 if warm_v else None
-        print(f"  {name:28s} {C.fmt(warm_v, '', 0):>6s} {top:6.0f} {lastv:6.0f}  {C.fmt(growth, '%', 1):>7s}")
+        late = (lastv / third_v - 1) * 100 if third_v else None
+        print(f"  {name:28s} {C.fmt(warm_v, '', 0):>6s} {top:6.0f} {lastv:6.0f}  {C.fmt(growth, '%', 1):>7s}"
+              f"  {C.fmt(late, '%', 1):>7s}")
+
+    span, by_label = sampler.cpu_by_label(warm)
+    if span > 0:
+        total = sum(by_label.values())
+        print(f"\nCPU after warm-up (+{warm:.0f}s, {span:.0f}s): {total / span:.2f} of {os.cpu_count()} cores in all; "
+              "by process (PostgreSQL's by client application, then its own processes)")
+        for label, secs in sorted(by_label.items(), key=lambda kv: -kv[1])[:24]:
+            if secs / span >= 0.005:
+                print(f"  {label:44s} {secs / span:5.2f} cores  {secs / total * 100:5.1f}%")
 
     errors = log_errors(logdir)
     print("\nprocess logs (bench/out/soak/): " + (", ".join(f"{k}: {v}" for k, v in errors.items()) or "no Traceback or ERROR line"))
