@@ -36,7 +36,7 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import transaction
 
-from dispatch import retry_cost
+from dispatch import activity_store, retry_cost
 from dispatch.models import (
     ALL_TENANTS,
     LAG_BOUNDS,
@@ -175,52 +175,28 @@ class _Tally:
                ["succeeded", "failed", "unknown", "lease_expired", "lag_counts", "latency_ms_sum", "latency_count"])
 
     def _apply_targets(self) -> None:
-        if not self.targets:
-            return
-        keys = {(tenant, minute, url_key(url)): (tenant, minute, url) for tenant, minute, url in self.targets}
-        existing = {(r.tenant_id, r.minute, r.url_key): r for r in TargetMinute.objects.filter(
-            tenant_id__in={k[0] for k in keys}, minute__in={k[1] for k in keys}, url_key__in={k[2] for k in keys})}
-        rows = []
-        for key, (tenant, minute, url) in keys.items():
-            inc = self.targets[(tenant, minute, url)]
-            row = existing.get(key) or TargetMinute(tenant_id=tenant, minute=minute, url_key=key[2], target_url=url)
-            rows.append(row)
-            row.attempts += inc["attempts"]
-            row.failed += inc["failed"]
-            if inc["last_failed_at"] and (row.last_failed_at is None or inc["last_failed_at"] > row.last_failed_at):
-                row.last_failed_at = inc["last_failed_at"]
-        _write(TargetMinute, rows, ["tenant_id", "minute", "url_key"], ["attempts", "failed", "last_failed_at"])
+        activity_store.add_target_minutes({(tenant, minute, url_key(url), url): inc
+                                           for (tenant, minute, url), inc in self.targets.items()})
 
     def _apply_schedules(self) -> None:
-        if not self.schedules:
-            return
-        existing = ScheduleActivity.objects.in_bulk(list(self.schedules))
-        rows = []
+        batches = {}
         for sid, attempts in self.schedules.items():
-            row = existing.get(sid) or ScheduleActivity(schedule_id=sid, tenant_id=attempts[0]["run__tenant_id"])
-            rows.append(row)
-            recent = list(row.recent)
-            for a in sorted(attempts, key=lambda a: (a["finished_at"], a["id"])):
-                ok = a["outcome"] == AttemptOutcome.SUCCEEDED
-                if ok:
-                    row.succeeded += 1
-                    if row.last_success_at is None or a["finished_at"] > row.last_success_at:
-                        row.last_success_at = a["finished_at"]
+            b = batches[sid] = activity_store.ScheduleBatch(tenant_id=attempts[0]["run__tenant_id"])
+            ordered = sorted(attempts, key=lambda a: (a["finished_at"], a["id"]))
+            for a in ordered:
+                if a["outcome"] == AttemptOutcome.SUCCEEDED:
+                    b.succeeded += 1
+                    if b.last_success_at is None or a["finished_at"] > b.last_success_at:
+                        b.last_success_at = a["finished_at"]
                 else:
-                    row.failed += 1
-                recent.append([round(a["finished_at"].timestamp(), 3), OUTCOME_CODES[a["outcome"]], a["latency_ms"]])
-                if row.last_finished_at is None or a["finished_at"] >= row.last_finished_at:
-                    row.last_finished_at = a["finished_at"]
-                    row.last_outcome = a["outcome"]
-                    row.last_http_status = a["http_status"]
-                    row.last_run_id = a["run_id"]
-                    row.last_error = "" if ok else _error_text(a)[:300]
-            # Parked attempts end out of order: keep the newest by finishing time.
-            recent.sort(key=lambda r: r[0])
-            row.recent = recent[-ScheduleActivity.RECENT:]
-        _write(ScheduleActivity, rows, ["schedule_id"], ["succeeded", "failed", "last_finished_at", "last_outcome",
-                                                         "last_http_status", "last_error", "last_run_id",
-                                                         "last_success_at", "recent"])
+                    b.failed += 1
+            last = ordered[-1]
+            ok = last["outcome"] == AttemptOutcome.SUCCEEDED
+            b.last_finished_at, b.last_outcome, b.last_http_status = last["finished_at"], last["outcome"], last["http_status"]
+            b.last_run_id, b.last_error = last["run_id"], "" if ok else _error_text(last)[:300]
+            b.recent = [[round(a["finished_at"].timestamp(), 3), OUTCOME_CODES[a["outcome"]], a["latency_ms"]]
+                        for a in ordered[-ScheduleActivity.RECENT:]]
+        activity_store.add_schedule_batches(batches)
 
 
 def _write(model, rows, unique_fields, update_fields) -> None:

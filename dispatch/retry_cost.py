@@ -32,6 +32,7 @@ from datetime import datetime, timedelta, timezone
 
 from django.db.models import Max, Q, Sum
 
+from dispatch import activity_store
 from dispatch.models import ActivityCursor, ActivityPending, CostDimension, RetryCostHour
 from runs.models import Attempt, AttemptOutcome, attempts_with_their_runs
 from schedules.models import Schedule
@@ -140,21 +141,7 @@ class RetryTally:
         return out
 
     def apply(self) -> None:
-        inc = self.increments()
-        if not inc:
-            return
-        existing = {(r.tenant_id, r.dimension, r.key, r.hour): r for r in RetryCostHour.objects.filter(
-            tenant_id__in={k[0] for k in inc}, dimension__in={k[1] for k in inc}, key__in={k[2] for k in inc},
-            hour__in={k[3] for k in inc})}
-        rows = []
-        for k, c in inc.items():
-            row = existing.get(k) or RetryCostHour(tenant_id=k[0], dimension=k[1], key=k[2], hour=k[3])
-            _add(row, c)
-            rows.append(row)
-        # One upsert per batch: the activity cursor's lock keeps other passes away meanwhile.
-        RetryCostHour.objects.bulk_create(rows, batch_size=500, update_conflicts=True,
-                                          unique_fields=["tenant_id", "dimension", "key", "hour"],
-                                          update_fields=list(COUNTERS))
+        activity_store.add_retry_cost_hours(self.increments())
 
 
 def _earlier_attempts(later: list[dict]) -> dict:

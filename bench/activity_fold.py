@@ -1,0 +1,104 @@
+"""What the activity loop costs per finished attempt (dispatch.activity.ActivityAggregator: the
+portal's per-minute, per-target, per-schedule and retry-cost figures), in this process: N runs of
+N schedules claimed and completed for real (runs.queue), then the loop's passes until it has
+folded them all, timed in Python (this thread's CPU) and in PostgreSQL (its backend's, from
+/proc). Every schedule's summary starts with a full sparkline (ScheduleActivity.RECENT entries),
+as every schedule that fires often has in steady operation.
+
+    .venv/bin/python bench/activity_fold.py [--runs 20000] [--rounds 3] [--profile]
+
+Database: scheduler_bench_activity (dropped and made again).
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+
+def finished_attempts(s, n, failing_every: int):
+    """N runs due now, claimed and completed: every `failing_every`-th one failed (retryable)."""
+    from runs import queue
+    from runs.decisions import Holding
+
+    C.truncate_runs()
+    C.load_due_runs(s, n, "date_trunc('second', now()) - interval '30 seconds'")
+    done = 0
+    while True:
+        claims = queue.claim("fold", 500, holding=Holding(500, 1.0, 1.0))
+        if not claims:
+            break
+        queue.complete([
+            queue.Result(claimed=c, outcome="failed" if (done + i) % failing_every == 0 else "succeeded",
+                         http_status=500 if (done + i) % failing_every == 0 else 200, latency_ms=3,
+                         remote_address="127.0.0.1", response_excerpt="")
+            for i, c in enumerate(claims)])
+        done += len(claims)
+    return done
+
+
+def fold_all(backend):
+    """Passes of the loop until nothing is left after the watermark; (passes, Python s, PG s)."""
+    from datetime import timedelta
+
+    from dispatch.activity import ActivityAggregator
+
+    agg = ActivityAggregator(settle=timedelta(0))
+    py0, pg0, passes = time.thread_time(), C.proc_cpu(backend), 0
+    while agg.step():
+        passes += 1
+    passes += 1
+    return passes, time.thread_time() - py0, C.proc_cpu(backend) - pg0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--failing-every", type=int, default=25, help="every K-th attempt fails (retry cost rows)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the last round's passes (top 30 by own time)")
+    ap.add_argument("--database", default="scheduler_bench_activity")
+    args = ap.parse_args()
+
+    print(C.machine_line(), flush=True)
+    C.setup_database(args.database)
+    tenant = C.load_tenant("fold", "http://127.0.0.1:9/")
+    s = C.load_schedules("fold", tenant, args.runs, target_url="http://127.0.0.1:9/run",
+                         next_run_at="now() + interval '10 days'")
+    backend = C.sql("SELECT pg_backend_pid()")[0][0]
+    # A first round makes every schedule's summary row; then each gets a full sparkline.
+    finished_attempts(s, args.runs, args.failing_every)
+    fold_all(backend)
+    from dispatch.models import ScheduleActivity
+
+    full = [[1.7e9 + i, "s", 3] for i in range(ScheduleActivity.RECENT)]
+    ScheduleActivity.objects.update(recent=full)
+    py, pg = [], []
+    for rnd in range(args.rounds):
+        n = finished_attempts(s, args.runs, args.failing_every)
+        C.vacuum_analyze("runs_run", "runs_attempt")
+        if args.profile and rnd == args.rounds - 1:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            passes, p, g = fold_all(backend)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        else:
+            passes, p, g = fold_all(backend)
+        py.append(p / n * 1e6)
+        pg.append(g / n * 1e6)
+        print(f"  [#{rnd + 1}] {n} attempts folded in {passes} passes: Python {py[-1]:.0f} µs, PostgreSQL {pg[-1]:.0f} µs "
+              "per attempt", flush=True)
+    print(f"\nactivity fold, {args.runs} schedules with a full sparkline, one attempt each, every "
+          f"{args.failing_every}th failed, median of {args.rounds}: Python {C.spread(py, 0)} µs, "
+          f"PostgreSQL {C.spread(pg, 0)} µs per attempt")
+
+
+if __name__ == "__main__":
+    main()
