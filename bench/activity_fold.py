@@ -1,9 +1,11 @@
-"""What the activity loop costs per finished attempt (dispatch.activity.ActivityAggregator: the
-portal's per-minute, per-target, per-schedule and retry-cost figures), in this process: N runs of
-N schedules claimed and completed for real (runs.queue), then the loop's passes until it has
-folded them all, timed in Python (this thread's CPU) and in PostgreSQL (its backend's, from
-/proc). Every schedule's summary starts with a full sparkline (ScheduleActivity.RECENT entries),
-as every schedule that fires often has in steady operation.
+"""What the reconcile process's two folding loops cost per run, in this process: N runs of N
+schedules claimed and completed for real (runs.queue), then (1) the activity loop's passes
+(dispatch.activity.ActivityAggregator: the portal's per-minute, per-target, per-schedule and
+retry-cost figures) until it has folded every attempt, and (2) the incidents loop's passes
+(dispatch.incidents.IncidentEvaluator) until it has read every event of those runs, each timed in
+Python (this thread's CPU) and in PostgreSQL (its backend's, from /proc). Every schedule's summary
+starts with a full sparkline (ScheduleActivity.RECENT entries), as every schedule that fires often
+has in steady operation.
 
     .venv/bin/python bench/activity_fold.py [--runs 20000] [--rounds 3] [--profile]
 
@@ -54,6 +56,20 @@ def fold_all(backend):
     return passes, time.thread_time() - py0, C.proc_cpu(backend) - pg0
 
 
+def evaluate_all(backend, after_event: int):
+    """The incidents loop's passes over the events after `after_event`; (passes, Python s, PG s)."""
+    from dispatch.incidents import IncidentEvaluator
+    from dispatch.models import IncidentCursor
+
+    IncidentCursor.objects.update_or_create(id=1, defaults={"watermark": after_event})
+    ev = IncidentEvaluator()
+    py0, pg0, passes = time.thread_time(), C.proc_cpu(backend), 0
+    while ev.step(probe=False):
+        passes += 1
+    passes += 1
+    return passes, time.thread_time() - py0, C.proc_cpu(backend) - pg0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=20_000)
@@ -76,8 +92,12 @@ def main():
 
     full = [[1.7e9 + i, "s", 3] for i in range(ScheduleActivity.RECENT)]
     ScheduleActivity.objects.update(recent=full)
-    py, pg = [], []
+    from django.conf import settings
+
+    settings.SCHEDULER_INCIDENT_SETTLE_SECONDS = 0
+    py, pg, ipy, ipg = [], [], [], []
     for rnd in range(args.rounds):
+        last_event = C.sql("SELECT coalesce(max(id), 0) FROM runs_outboxevent")[0][0]
         n = finished_attempts(s, args.runs, args.failing_every)
         C.vacuum_analyze("runs_run", "runs_attempt")
         if args.profile and rnd == args.rounds - 1:
@@ -93,11 +113,16 @@ def main():
             passes, p, g = fold_all(backend)
         py.append(p / n * 1e6)
         pg.append(g / n * 1e6)
+        events = C.sql("SELECT count(*) FROM runs_outboxevent WHERE id > %s", [last_event])[0][0]
+        ipasses, ip, ig = evaluate_all(backend, last_event)
+        ipy.append(ip / n * 1e6)
+        ipg.append(ig / n * 1e6)
         print(f"  [#{rnd + 1}] {n} attempts folded in {passes} passes: Python {py[-1]:.0f} µs, PostgreSQL {pg[-1]:.0f} µs "
-              "per attempt", flush=True)
-    print(f"\nactivity fold, {args.runs} schedules with a full sparkline, one attempt each, every "
-          f"{args.failing_every}th failed, median of {args.rounds}: Python {C.spread(py, 0)} µs, "
-          f"PostgreSQL {C.spread(pg, 0)} µs per attempt")
+              f"per attempt; their {events} events evaluated in {ipasses} passes: Python {ipy[-1]:.0f} µs, "
+              f"PostgreSQL {ipg[-1]:.0f} µs per run", flush=True)
+    print(f"\n{args.runs} schedules with a full sparkline, one run each, every {args.failing_every}th failed, median "
+          f"of {args.rounds}:\n  activity fold  Python {C.spread(py, 0)} µs, PostgreSQL {C.spread(pg, 0)} µs per attempt"
+          f"\n  incidents      Python {C.spread(ipy, 0)} µs, PostgreSQL {C.spread(ipg, 0)} µs per run")
 
 
 if __name__ == "__main__":

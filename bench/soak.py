@@ -626,6 +626,13 @@ def cpu_seconds(pid: int) -> tuple[str, float] | None:
     return comm, (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def machine_ticks() -> tuple[int, int, int]:
+    """The machine's clock ticks since boot, all CPUs: (busy, iowait, idle), busy counting user,
+    nice, system, irq, softirq and steal."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    return f[0] + f[1] + f[2] + f[5] + f[6] + f[7], f[4], f[3]
+
+
 def pg_role(pid: int) -> str:
     """What a PostgreSQL process that is not a client backend of the primary does ('walreceiver',
     'startup recovering', 'checkpointer', ...), from its title."""
@@ -646,6 +653,7 @@ class Sampler:
         # (seconds since t0, {pid: (label, CPU seconds)}): every process on the machine, so the
         # report can say where the machine's time went (ours, PostgreSQL's by client, the rest).
         self.cpu = []
+        self.machine = []  # (seconds since t0, (busy, iowait, idle) clock ticks of the machine)
         self.disk = []  # (seconds since t0, db, runs tables, outbox, wal, partitions, removals)
         self.load = []
         self.stop = threading.Event()
@@ -678,6 +686,7 @@ class Sampler:
                         out[f"{key}/{c}"] = v
         self.rss.append((now, out))
         self.cpu.append((now, self._cpu_by_pid()))
+        self.machine.append((now, machine_ticks()))
         try:
             row = retry_db(lambda: C.sql(DISK_SQL)[0], timeout=20)
             self.disk.append((now, *row))
@@ -735,6 +744,15 @@ class Sampler:
         for pid, (label, secs) in last.items():
             out[label] = out.get(label, 0.0) + max(0.0, secs - first[pid][1])
         return samples[-1][0] - samples[0][0], out
+
+    def machine_cores(self, since: float) -> tuple[float, float, float] | None:
+        """The machine's (busy, iowait, idle) cores, mean between the first sample at or after
+        `since` and the last."""
+        samples = [(t, m) for t, m in self.machine if t >= since]
+        if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+            return None
+        span = (samples[-1][0] - samples[0][0]) * TICKS
+        return tuple((b - a) / span for a, b in zip(samples[0][1], samples[-1][1]))
 
     def _run(self):
         while not self.stop.wait(self.every):
@@ -1432,6 +1450,11 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
         total = sum(by_label.values())
         print(f"\nCPU after warm-up (+{warm:.0f}s, {span:.0f}s): {total / span:.2f} of {os.cpu_count()} cores in all; "
               "by process (PostgreSQL's by client application, then its own processes)")
+        machine = sampler.machine_cores(warm)
+        if machine:
+            print(f"  the machine (/proc/stat): busy {machine[0]:.2f} cores, waiting for I/O {machine[1]:.2f}, idle "
+                  f"{machine[2]:.2f}; busy but not listed below: processes that began and ended between samples "
+                  f"(short connections, commands) and the kernel, {max(0.0, machine[0] - total / span):.2f} cores")
         for label, secs in sorted(by_label.items(), key=lambda kv: -kv[1])[:24]:
             if secs / span >= 0.005:
                 print(f"  {label:44s} {secs / span:5.2f} cores  {secs / total * 100:5.1f}%")
