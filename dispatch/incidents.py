@@ -47,6 +47,7 @@ from dispatch.models import (
     NotificationKind,
 )
 from runs.models import EventKind, OutboxEvent, Reason, Run, RunKind, RunState
+from scheduler_project.foundation import anyof  # noqa: F401  (registers __anyof)
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.dbplanner import by_key
 from scheduler_project.foundation.errors import Conflict
@@ -167,23 +168,23 @@ class Pass:
 
     def load(self, schedule_ids: set, tenant_ids: set) -> None:
         with by_key():
-            rows = list(Schedule.objects.filter(id__in=schedule_ids).order_by().values("id", "tenant_id", "owner_id",
+            rows = list(Schedule.objects.filter(id__anyof=schedule_ids).order_by().values("id", "tenant_id", "owner_id",
                                                                                        "name"))
         for row in rows:
             self.schedules[row["id"]] = row
             tenant_ids.add(row["tenant_id"])
-        for row in Tenant.objects.filter(id__in=tenant_ids).values("id", "slug", "default_owner_id"):
+        for row in Tenant.objects.filter(id__anyof=tenant_ids).values("id", "slug", "default_owner_id"):
             self.tenants[row["id"]] = row
-        for p in IncidentPolicy.objects.filter(tenant_id__in=tenant_ids, schedule__isnull=True):
+        for p in IncidentPolicy.objects.filter(tenant_id__anyof=tenant_ids, schedule__isnull=True):
             self.policies[(p.tenant_id, p.rule)] = Policy(p.enabled, p.threshold)
-        for p in IncidentPolicy.objects.filter(schedule_id__in=schedule_ids):
+        for p in IncidentPolicy.objects.filter(schedule_id__anyof=schedule_ids):
             self.policies[(p.schedule_id, p.rule)] = Policy(p.enabled, p.threshold)
-        self.streaks = dict(FailureStreak.objects.filter(schedule_id__in=schedule_ids).values_list("schedule_id",
+        self.streaks = dict(FailureStreak.objects.filter(schedule_id__anyof=schedule_ids).values_list("schedule_id",
                                                                                                    "failures"))
         opened = Incident.objects.exclude(state=IncidentState.RESOLVED)
-        for inc in opened.filter(schedule_id__in=schedule_ids):
+        for inc in opened.filter(schedule_id__anyof=schedule_ids):
             self.open[(inc.schedule_id, inc.rule)] = inc
-        for inc in opened.filter(tenant_id__in=tenant_ids, schedule__isnull=True):
+        for inc in opened.filter(tenant_id__anyof=tenant_ids, schedule__isnull=True):
             self.open[(inc.tenant_id, inc.rule)] = inc
 
     def policy(self, sid, tid, rule) -> Policy:
@@ -242,7 +243,7 @@ class Pass:
                                     "resolved_at", "resolved_by"])
         # The pass's schedules' streaks written back whole: two statements however many changed
         # (the cursor lock keeps other passes off them meanwhile).
-        FailureStreak.objects.filter(schedule_id__in=schedule_ids).delete()
+        FailureStreak.objects.filter(schedule_id__anyof=schedule_ids).delete()
         FailureStreak.objects.bulk_create([FailureStreak(schedule_id=sid, failures=n)
                                            for sid, n in self.streaks.items() if n > 0 and sid in schedule_ids])
         if self.notes:
@@ -258,7 +259,7 @@ def apply_events(p: Pass, events: list) -> set:
     # By key whatever the statistics say: probed, a batch's runs cost the batch; PostgreSQL would
     # read the day's partition whole while it judges that cheaper (foundation.dbplanner).
     with by_key():
-        runs = {r[0]: r for r in Run.objects.filter(id__in=run_ids).values_list("id", "schedule_id", "scheduled_time",
+        runs = {r[0]: r for r in Run.objects.filter(id__anyof=run_ids).values_list("id", "schedule_id", "scheduled_time",
                                                                                 "kind")}
     sids = {r[1] for r in runs.values()}
     p.load(sids, {e[2] for e in events if e[3] in READ})
@@ -341,7 +342,7 @@ def check_dead_growth(now: datetime, dead_by_tenant: dict) -> None:
         return
     p = Pass(now)
     p.load(set(), set(tids))
-    sums = dict(DeadMinute.objects.filter(tenant_id__in=tids, minute__gt=now - DEAD_WINDOW)
+    sums = dict(DeadMinute.objects.filter(tenant_id__anyof=tids, minute__gt=now - DEAD_WINDOW)
                 .values("tenant_id").annotate(n=Sum("dead")).values_list("tenant_id", "n"))
     for tid in tids:
         if tid not in p.tenants:
