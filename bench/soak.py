@@ -615,15 +615,17 @@ TICKS = os.sysconf("SC_CLK_TCK")
 PG_BACKENDS_SQL = "SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity"
 
 
-def cpu_seconds(pid: int) -> tuple[str, float] | None:
-    """(command name, user + system CPU seconds) of a process, or None once it is gone."""
+def cpu_seconds(pid: int) -> tuple[str, float, float] | None:
+    """(command name, user + system CPU seconds, the same of its children that have ended and
+    been waited for) of a process, or None once it is gone. The second is where a short-lived
+    process's CPU is seen after it ends: a PostgreSQL backend's in its postmaster's."""
     try:
         raw = open(f"/proc/{pid}/stat").read()
     except OSError:
         return None
     comm = raw[raw.index("(") + 1:raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2:].split()
-    return comm, (int(fields[11]) + int(fields[12])) / TICKS
+    return comm, (int(fields[11]) + int(fields[12])) / TICKS, (int(fields[13]) + int(fields[14])) / TICKS
 
 
 def machine_ticks() -> tuple[int, int, int]:
@@ -714,9 +716,9 @@ class Sampler:
                 continue
             pid = int(entry)
             got = cpu_seconds(pid)
-            if got is None or got[1] == 0:
+            if got is None or got[1] + got[2] == 0:
                 continue
-            comm, secs = got
+            comm, secs, reaped = got
             if pid in ours:
                 label = ours[pid]
             elif pid in backends:
@@ -726,6 +728,9 @@ class Sampler:
             else:
                 label = comm
             out[pid] = (label, secs)
+            if reaped:
+                # Negative keys: a process's ended children, kept apart from its own CPU.
+                out[-pid] = (f"{label}: its ended children", reaped)
         return out
 
     def cpu_by_label(self, since: float) -> tuple[float, dict]:
@@ -743,6 +748,16 @@ class Sampler:
         out: dict = {}
         for pid, (label, secs) in last.items():
             out[label] = out.get(label, 0.0) + max(0.0, secs - first[pid][1])
+        # A client backend that ended between two samples (a killed worker's, say) was counted
+        # while it lived, and its whole life's CPU then reached its postmaster's ended children:
+        # take that part out again, so only backends never sampled are counted there.
+        seen_ended = 0.0
+        for (_, before), (_, after) in zip(samples, samples[1:]):
+            seen_ended += sum(secs for pid, (label, secs) in before.items()
+                              if pid > 0 and pid not in after and label.startswith("pg: "))
+        key = "pg other: postmaster: its ended children"
+        if key in out:
+            out[key] = max(0.0, out[key] - seen_ended)
         return samples[-1][0] - samples[0][0], out
 
     def machine_cores(self, since: float) -> tuple[float, float, float] | None:
@@ -1453,8 +1468,8 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
         machine = sampler.machine_cores(warm)
         if machine:
             print(f"  the machine (/proc/stat): busy {machine[0]:.2f} cores, waiting for I/O {machine[1]:.2f}, idle "
-                  f"{machine[2]:.2f}; busy but not listed below: processes that began and ended between samples "
-                  f"(short connections, commands) and the kernel, {max(0.0, machine[0] - total / span):.2f} cores")
+                  f"{machine[2]:.2f}; busy but not listed below (the kernel, and processes that began and ended "
+                  f"between samples whose parent has not waited for them): {max(0.0, machine[0] - total / span):.2f} cores")
         for label, secs in sorted(by_label.items(), key=lambda kv: -kv[1])[:24]:
             if secs / span >= 0.005:
                 print(f"  {label:44s} {secs / span:5.2f} cores  {secs / total * 100:5.1f}%")
