@@ -34,6 +34,8 @@ SQL_HOMES = {
     "dispatch/wakeup.py": "LISTEN on its own connection",
     "dispatch/forecast_store.py": "the forecast's kept summary: one statement over the summary and the deltas "
                                   "the schedule triggers write, and its fold",
+    "dispatch/activity_store.py": "the activity loop's writes: one upsert per table adding a pass's increments "
+                                  "in place (PostgreSQL)",
     "dispatch/invariants.py": "the invariant checker reads the tables as SQL on purpose, independently of "
                              "the stores whose writes it checks",
 }
