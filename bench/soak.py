@@ -1464,7 +1464,9 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
     if span > 0:
         total = sum(by_label.values())
         print(f"\nCPU after warm-up (+{warm:.0f}s, {span:.0f}s): {total / span:.2f} of {os.cpu_count()} cores in all; "
-              "by process (PostgreSQL's by client application, then its own processes)")
+              "by process (PostgreSQL's by client application, then its own processes; a process's ended "
+              "children with their whole life's CPU, counted when they end, so the list can add up to more "
+              "than the machine was busy)")
         machine = sampler.machine_cores(warm)
         if machine:
             print(f"  the machine (/proc/stat): busy {machine[0]:.2f} cores, waiting for I/O {machine[1]:.2f}, idle "
