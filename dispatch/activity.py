@@ -171,12 +171,21 @@ class _Tally:
             if any(inc["lag"]):
                 counts = list(row.lag_counts) or [0] * (len(LAG_BOUNDS) + 1)
                 row.lag_counts = [x + y for x, y in zip(counts, inc["lag"])]
-        _write(ActivityMinute, rows, ["tenant_id", "minute"],
-               ["succeeded", "failed", "unknown", "lease_expired", "lag_counts", "latency_ms_sum", "latency_count"])
+        activity_store.upsert_summed(ActivityMinute, rows, ["tenant_id", "minute"],
+                                     ["succeeded", "failed", "unknown", "lease_expired", "lag_counts",
+                                      "latency_ms_sum", "latency_count"])
 
     def _apply_targets(self) -> None:
-        activity_store.add_target_minutes({(tenant, minute, url_key(url), url): inc
-                                           for (tenant, minute, url), inc in self.targets.items()})
+        # Keyed as the rows are (by the URL's digest), so one statement never meets a row twice.
+        rows: dict = {}
+        for (tenant, minute, url), inc in self.targets.items():
+            row = rows.setdefault((tenant, minute, url_key(url)),
+                                  {"url": url, "attempts": 0, "failed": 0, "last_failed_at": None})
+            row["attempts"] += inc["attempts"]
+            row["failed"] += inc["failed"]
+            if inc["last_failed_at"] and (row["last_failed_at"] is None or inc["last_failed_at"] > row["last_failed_at"]):
+                row["last_failed_at"] = inc["last_failed_at"]
+        activity_store.add_target_minutes(rows)
 
     def _apply_schedules(self) -> None:
         batches = {}
@@ -197,15 +206,6 @@ class _Tally:
             b.recent = [[round(a["finished_at"].timestamp(), 3), OUTCOME_CODES[a["outcome"]], a["latency_ms"]]
                         for a in ordered[-ScheduleActivity.RECENT:]]
         activity_store.add_schedule_batches(batches)
-
-
-def _write(model, rows, unique_fields, update_fields) -> None:
-    """Rows new and old, their totals already added up, in one upsert per batch: the cursor lock
-    keeps other passes away, and an upsert costs the same per row however many rows a batch
-    has (bulk_update's CASE per field grows with the batch on both sides)."""
-    if rows:
-        model.objects.bulk_create(rows, batch_size=500, update_conflicts=True, unique_fields=unique_fields,
-                                  update_fields=update_fields)
 
 
 def _error_text(a: dict) -> str:

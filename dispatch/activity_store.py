@@ -27,7 +27,14 @@ from django.db import connection
 
 from dispatch.models import RetryCostHour, ScheduleActivity, TargetMinute
 
+# What retry cost counts (dispatch.retry_cost), per row.
 RETRY_COUNTERS = ("attempts", "successes", "retries", "retried_runs", "failed", "failed_us", "backoff_us")
+
+
+def add_counts(into, counts) -> None:
+    """Adds the RETRY_COUNTERS of `counts` to those of `into` (a Counts, RetryCost or RetryCostHour)."""
+    for name in RETRY_COUNTERS:
+        setattr(into, name, (getattr(into, name) or 0) + getattr(counts, name))
 
 
 @dataclass
@@ -127,9 +134,9 @@ def _schedule_batches_orm(batches: dict) -> None:
             row.last_success_at = b.last_success_at
         row.recent = sorted(list(row.recent) + b.recent, key=lambda r: r[0])[-ScheduleActivity.RECENT:]
         out.append(row)
-    _upsert(ScheduleActivity, out, ["schedule_id"], ["succeeded", "failed", "last_finished_at", "last_outcome",
-                                                     "last_http_status", "last_error", "last_run_id",
-                                                     "last_success_at", "recent"])
+    upsert_summed(ScheduleActivity, out, ["schedule_id"], ["succeeded", "failed", "last_finished_at", "last_outcome",
+                                                            "last_http_status", "last_error", "last_run_id",
+                                                            "last_success_at", "recent"])
 
 
 # --- target minutes ---------------------------------------------------------------------------
@@ -146,16 +153,16 @@ ON CONFLICT (tenant_id, minute, url_key) DO UPDATE SET
 
 
 def add_target_minutes(increments: dict) -> None:
-    """Add {(tenant id, minute, url key, url): {"attempts", "failed", "last_failed_at"}} to the
+    """Add {(tenant id, minute, url key): {"url", "attempts", "failed", "last_failed_at"}} to the
     target minute rows."""
     if increments:
         (_target_minutes_sql if connection.vendor == "postgresql" else _target_minutes_orm)(increments)
 
 
 def _target_minutes_sql(increments: dict) -> None:
-    rows = [{"t": str(t), "m": _iso(m), "k": k, "u": u, "n": inc["attempts"], "f": inc["failed"],
+    rows = [{"t": str(t), "m": _iso(m), "k": k, "u": inc["url"], "n": inc["attempts"], "f": inc["failed"],
              "lf": _iso(inc["last_failed_at"])}
-            for (t, m, k, u), inc in increments.items()]
+            for (t, m, k), inc in increments.items()]
     with connection.cursor() as cur:
         cur.execute(TARGET_MINUTES_SQL, {"rows": json.dumps(rows)})
 
@@ -165,15 +172,15 @@ def _target_minutes_orm(increments: dict) -> None:
         tenant_id__in={k[0] for k in increments}, minute__in={k[1] for k in increments},
         url_key__in={k[2] for k in increments})}
     out = []
-    for (tenant, minute, key, url), inc in increments.items():
+    for (tenant, minute, key), inc in increments.items():
         row = existing.get((tenant, minute, key)) or TargetMinute(tenant_id=tenant, minute=minute, url_key=key,
-                                                                  target_url=url)
+                                                                  target_url=inc["url"])
         row.attempts += inc["attempts"]
         row.failed += inc["failed"]
         if inc["last_failed_at"] and (row.last_failed_at is None or inc["last_failed_at"] > row.last_failed_at):
             row.last_failed_at = inc["last_failed_at"]
         out.append(row)
-    _upsert(TargetMinute, out, ["tenant_id", "minute", "url_key"], ["attempts", "failed", "last_failed_at"])
+    upsert_summed(TargetMinute, out, ["tenant_id", "minute", "url_key"], ["attempts", "failed", "last_failed_at"])
 
 
 # --- retry cost hours -------------------------------------------------------------------------
@@ -216,15 +223,15 @@ def _retry_cost_hours_orm(increments: dict) -> None:
     out = []
     for k, c in increments.items():
         row = existing.get(k) or RetryCostHour(tenant_id=k[0], dimension=k[1], key=k[2], hour=k[3])
-        for name in RETRY_COUNTERS:
-            setattr(row, name, (getattr(row, name) or 0) + getattr(c, name))
+        add_counts(row, c)
         out.append(row)
-    _upsert(RetryCostHour, out, ["tenant_id", "dimension", "key", "hour"], list(RETRY_COUNTERS))
+    upsert_summed(RetryCostHour, out, ["tenant_id", "dimension", "key", "hour"], list(RETRY_COUNTERS))
 
 
-def _upsert(model, rows, unique_fields, update_fields) -> None:
+def upsert_summed(model, rows, unique_fields, update_fields) -> None:
     """Rows new and old, their totals already added up, in one upsert per batch: the activity
-    cursor's lock keeps other passes away meanwhile."""
+    cursor's lock keeps other passes away meanwhile, and an upsert costs the same per row however
+    many rows a batch has (bulk_update's CASE per field grows with the batch on both sides)."""
     if rows:
         model.objects.bulk_create(rows, batch_size=500, update_conflicts=True, unique_fields=unique_fields,
                                   update_fields=update_fields)

@@ -50,7 +50,7 @@ FAILED = (AttemptOutcome.FAILED, AttemptOutcome.UNKNOWN)
 # The attempt fields the fold needs (the activity loop reads them with its own).
 FIELDS = ("id", "generation", "started_at", "finished_at", "outcome", "run_id", "run__tenant_id", "run__schedule_id",
           "run__scheduled_time", "run__target_host", "run__retried_at")
-COUNTERS = ("attempts", "successes", "retries", "retried_runs", "failed", "failed_us", "backoff_us")
+COUNTERS = activity_store.RETRY_COUNTERS
 
 
 def hour_of(at: datetime) -> datetime:
@@ -94,12 +94,6 @@ class Counts:
     failed_us: int = 0
     backoff_us: int = 0
 
-
-
-def _add(into, counts: Counts) -> None:
-    """Adds `counts` to a Counts, RetryCost or RetryCostHour."""
-    for name in COUNTERS:
-        setattr(into, name, (getattr(into, name) or 0) + getattr(counts, name))
 
 
 class RetryTally:
@@ -249,10 +243,10 @@ def _read(tenant_id, dimension: str, since: datetime, read_rows, *, schedule_ids
             break
     totals: dict = {}
     for key, counts in rows:
-        _add(totals.setdefault(key, RetryCost(key=key)), counts)
+        activity_store.add_counts(totals.setdefault(key, RetryCost(key=key)), counts)
     for (_, dim, key, _), counts in tail.items():
         if dim == dimension:
-            _add(totals.setdefault(key, RetryCost(key=key)), counts)
+            activity_store.add_counts(totals.setdefault(key, RetryCost(key=key)), counts)
     return totals, complete
 
 

@@ -109,15 +109,15 @@ def test_an_attempt_that_ends_with_the_last_one_comes_after_it():
 
 def test_target_minutes_add_up_and_keep_the_latest_failure():
     minute = at(0)
-    key = (TENANT, minute, "k1", "https://a.example/x")
+    key = (TENANT, minute, "k1")
 
     def setup():
         TargetMinute.objects.create(tenant_id=TENANT, minute=minute, url_key="k1", target_url="https://a.example/x",
                                     attempts=5, failed=1, last_failed_at=at(10))
 
     got = both_ways(TargetMinute, setup, store._target_minutes_sql, store._target_minutes_orm, {
-        key: {"attempts": 3, "failed": 2, "last_failed_at": at(20)},
-        (TENANT, minute, "k2", "https://b.example/"): {"attempts": 1, "failed": 0, "last_failed_at": None}})
+        key: {"url": "https://a.example/x", "attempts": 3, "failed": 2, "last_failed_at": at(20)},
+        (TENANT, minute, "k2"): {"url": "https://b.example/", "attempts": 1, "failed": 0, "last_failed_at": None}})
     rows = {r.url_key: r for r in TargetMinute.objects.all()}
     assert len(got) == 2
     assert (rows["k1"].attempts, rows["k1"].failed, rows["k1"].last_failed_at) == (8, 3, at(20))
@@ -142,3 +142,26 @@ def test_retry_cost_hours_add_up():
     assert (s1.attempts, s1.successes, s1.retries, s1.retried_runs, s1.failed, s1.failed_us, s1.backoff_us) == (
         6, 3, 2, 1, 3, 1250, 14000)
     assert (rows["a.example"].attempts, rows["a.example"].retries) == (1, 0)
+
+
+# What a tenant controls reaches these rows: its target URL (up to the 2,000 characters a version
+# allows) and what its target answered (the error text). Quotes, backslashes, JSON and SQL
+# look-alikes, non-Latin text and the longest values go through the JSON document unchanged.
+HOSTILE = ['he said "no" \\ and left', "'); DROP TABLE dispatch_scheduleactivity; --", '{"rc": [1, 2]}',
+           "ошибка 🚨 ‮ right-to-left", "x" * 300]
+
+
+def test_what_a_tenant_controls_is_written_as_it_was_given():
+    sids = [uuid.uuid4() for _ in HOSTILE]
+    batches = {sid: batch([entry(1 + i, "f", 2**31 - 1)], ok=0, bad=1, last_s=1 + i, last_outcome="failed")
+               for i, sid in enumerate(sids)}
+    for sid, text in zip(sids, HOSTILE):
+        batches[sid].last_error = text[:300]
+    rows = fold(lambda: None, batches)
+    assert [rows[sid].last_error for sid in sids] == [t[:300] for t in HOSTILE]
+    assert rows[sids[0]].recent == [entry(1, "f", 2**31 - 1)]
+
+    url = "https://a.example/" + "é" * 1982  # 2,000 characters
+    got = both_ways(TargetMinute, lambda: None, store._target_minutes_sql, store._target_minutes_orm, {
+        (TENANT, at(0), "k"): {"url": url, "attempts": 1, "failed": 1, "last_failed_at": at(1)}})
+    assert len(got) == 1 and TargetMinute.objects.get().target_url == url

@@ -4,7 +4,8 @@ from dispatch.relay import Relay
 
 
 class Command(LoopCommand):
-    help = ("Publish outbox events to tenants' notification webhooks (at least once) and prune old ones; on a second "
+    help = ("Publish outbox events to tenants' notification webhooks (at least once) and, on SQLite, prune old ones "
+            "(PostgreSQL's go with their partition: `maintain`); on a second "
             "thread, deliver incident notifications to owners' webhooks and e-mail.")
     loop_name = "relay"
 
