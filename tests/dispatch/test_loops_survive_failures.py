@@ -317,3 +317,34 @@ def test_an_activity_step_whose_session_is_terminated_mid_transaction_counts_eac
         time.sleep(0.5)  # further passes count nothing twice
     assert cut.terminated == 1
     assert counted() == 3
+
+
+@pytest.mark.postgresql_only("terminates the step's PostgreSQL session with pg_terminate_backend")
+@pytest.mark.parametrize("cut_before", ["add_schedule_batches", "add_retry_cost_hours"])
+def test_an_activity_step_cut_between_its_upserts_adds_each_attempt_once_to_every_table(
+        tenant, target, monkeypatch, cut_before):
+    # The step's per-minute and per-target upserts (and, for the second, the schedules' summaries)
+    # have run in its transaction when its session is terminated: none of them may count twice.
+    from dispatch import activity, activity_store
+    from dispatch.models import RetryCostHour, ScheduleActivity, TargetMinute
+
+    schedules = [make_schedule(tenant, target.url + f"/c{i}") for i in range(3)]
+    for s in schedules:
+        make_due(s)
+    loops.drain(loops.scan_step)
+    claimed = queue.claim("w-1", 10)
+    queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200) for c in claimed])
+    cut = TerminateMidStep(getattr(activity_store, cut_before))
+    monkeypatch.setattr(activity_store, cut_before, cut)
+
+    def summaries():
+        return sum(r.succeeded for r in ScheduleActivity.objects.filter(schedule_id__in=[s.id for s in schedules]))
+
+    with running(activity.ActivityAggregator(settle=timedelta(0))):
+        wait_for(lambda: summaries() >= 3, what="the activity loop to fold the attempts")
+        time.sleep(0.5)  # further passes count nothing twice
+    assert cut.terminated == 1
+    assert summaries() == 3
+    assert sum(TargetMinute.objects.filter(tenant_id=tenant.id).values_list("attempts", flat=True)) == 3
+    per_schedule = RetryCostHour.objects.filter(tenant_id=tenant.id, dimension="schedule")
+    assert sorted(per_schedule.values_list("attempts", flat=True)) == [1, 1, 1]
