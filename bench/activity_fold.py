@@ -7,7 +7,7 @@ Python (this thread's CPU) and in PostgreSQL (its backend's, from /proc). Every 
 starts with a full sparkline (ScheduleActivity.RECENT entries), as every schedule that fires often
 has in steady operation.
 
-    .venv/bin/python bench/activity_fold.py [--runs 20000] [--rounds 3] [--profile]
+    .venv/bin/python bench/activity_fold.py [--runs 20000] [--rounds 3] [--compare] [--profile]
 
 Database: scheduler_bench_activity (dropped and made again).
 """
@@ -15,6 +15,7 @@ Database: scheduler_bench_activity (dropped and made again).
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,14 +77,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--failing-every", type=int, default=25, help="every K-th attempt fails (retry cost rows)")
     ap.add_argument("--profile", action="store_true", help="cProfile the last round's passes (top 30 by own time)")
+    ap.add_argument("--compare", action="store_true",
+                    help="interleave rounds of the writes and reads as they were (the ORM's read-modify-write, IN "
+                         "lists) with the code as it is, and print the ratio")
     ap.add_argument("--database", default="scheduler_bench_activity")
     args = ap.parse_args()
 
     print(C.machine_line(), flush=True)
-    C.setup_database(args.database)
-    tenant = C.load_tenant("fold", "http://127.0.0.1:9/")
-    s = C.load_schedules("fold", tenant, args.runs, target_url="http://127.0.0.1:9/run",
-                         next_run_at="now() + interval '10 days'")
+    s = C.fresh_idle_schedules(args.database, "fold", args.runs)
     backend = C.sql("SELECT pg_backend_pid()")[0][0]
     # A first round makes every schedule's summary row; then each gets a full sparkline.
     finished_attempts(s, args.runs, args.failing_every)
@@ -95,35 +96,71 @@ def main():
     from django.conf import settings
 
     settings.SCHEDULER_INCIDENT_SETTLE_SECONDS = 0
-    py, pg, ipy, ipg = [], [], [], []
+    variants = ("orm", "sql") if args.compare else ("sql",)
+    res = {v: {"py": [], "pg": [], "ipy": [], "ipg": []} for v in variants}
     for rnd in range(args.rounds):
-        last_event = C.sql("SELECT coalesce(max(id), 0) FROM runs_outboxevent")[0][0]
-        n = finished_attempts(s, args.runs, args.failing_every)
-        C.vacuum_analyze("runs_run", "runs_attempt")
-        if args.profile and rnd == args.rounds - 1:
-            import cProfile
-            import pstats
+        for variant in variants:
+            last_event = C.sql("SELECT coalesce(max(id), 0) FROM runs_outboxevent")[0][0]
+            n = finished_attempts(s, args.runs, args.failing_every)
+            C.vacuum_analyze("runs_run", "runs_attempt")
+            with written_by(variant):
+                if args.profile and rnd == args.rounds - 1:
+                    import cProfile
+                    import pstats
 
-            prof = cProfile.Profile()
-            prof.enable()
-            passes, p, g = fold_all(backend)
-            prof.disable()
-            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
-        else:
-            passes, p, g = fold_all(backend)
-        py.append(p / n * 1e6)
-        pg.append(g / n * 1e6)
-        events = C.sql("SELECT count(*) FROM runs_outboxevent WHERE id > %s", [last_event])[0][0]
-        ipasses, ip, ig = evaluate_all(backend, last_event)
-        ipy.append(ip / n * 1e6)
-        ipg.append(ig / n * 1e6)
-        print(f"  [#{rnd + 1}] {n} attempts folded in {passes} passes: Python {py[-1]:.0f} µs, PostgreSQL {pg[-1]:.0f} µs "
-              f"per attempt; their {events} events evaluated in {ipasses} passes: Python {ipy[-1]:.0f} µs, "
-              f"PostgreSQL {ipg[-1]:.0f} µs per run", flush=True)
+                    prof = cProfile.Profile()
+                    prof.enable()
+                    passes, p, g = fold_all(backend)
+                    prof.disable()
+                    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+                else:
+                    passes, p, g = fold_all(backend)
+                events = C.sql("SELECT count(*) FROM runs_outboxevent WHERE id > %s", [last_event])[0][0]
+                ipasses, ip, ig = evaluate_all(backend, last_event)
+            r = res[variant]
+            for k, v in (("py", p), ("pg", g), ("ipy", ip), ("ipg", ig)):
+                r[k].append(v / n * 1e6)
+            print(f"  [#{rnd + 1}] {variant}: {n} attempts folded in {passes} passes: Python {r['py'][-1]:.0f} µs, "
+                  f"PostgreSQL {r['pg'][-1]:.0f} µs per attempt; their {events} events evaluated in {ipasses} passes: "
+                  f"Python {r['ipy'][-1]:.0f} µs, PostgreSQL {r['ipg'][-1]:.0f} µs per run", flush=True)
     print(f"\n{args.runs} schedules with a full sparkline, one run each, every {args.failing_every}th failed, median "
-          f"of {args.rounds}:\n  activity fold  Python {C.spread(py, 0)} µs, PostgreSQL {C.spread(pg, 0)} µs per attempt"
-          f"\n  incidents      Python {C.spread(ipy, 0)} µs, PostgreSQL {C.spread(ipg, 0)} µs per run")
+          f"of {args.rounds}{' interleaved rounds' if args.compare else ''}:")
+    for variant in variants:
+        r = res[variant]
+        print(f"  {variant}: activity fold  Python {C.spread(r['py'], 0)} µs, PostgreSQL {C.spread(r['pg'], 0)} µs "
+              f"per attempt\n  {variant}: incidents      Python {C.spread(r['ipy'], 0)} µs, PostgreSQL "
+              f"{C.spread(r['ipg'], 0)} µs per run")
+    if args.compare:
+        m = {v: {k: C.median(x) for k, x in res[v].items()} for v in variants}
+        fold = (m["sql"]["py"] + m["sql"]["pg"]) / (m["orm"]["py"] + m["orm"]["pg"])
+        inc = (m["sql"]["ipy"] + m["sql"]["ipg"]) / (m["orm"]["ipy"] + m["orm"]["ipg"])
+        print(f"  sql / orm, Python + PostgreSQL CPU: activity fold {fold:.2f}x, incidents {inc:.2f}x")
 
+
+@contextmanager
+def written_by(variant: str):
+    """'sql': the code as it is. 'orm': the activity loop's writes by the ORM's read-modify-write
+    on PostgreSQL too (SQLite's path; what the loop did before its SQL upserts) and the incidents
+    loop's reads by key as `IN` lists (what `__anyof` replaced)."""
+    from django.db.models.lookups import In
+
+    from dispatch import activity_store as st
+    from scheduler_project.foundation.anyof import AnyOf
+
+    if variant == "sql":
+        yield
+        return
+    names = ("_schedule_batches_sql", "_target_minutes_sql", "_retry_cost_hours_sql")
+    saved = {n: getattr(st, n) for n in names} | {"anyof": AnyOf.as_postgresql}
+    for n in names:
+        setattr(st, n, getattr(st, n.replace("_sql", "_orm")))
+    AnyOf.as_postgresql = In.as_sql
+    try:
+        yield
+    finally:
+        for n in names:
+            setattr(st, n, saved[n])
+        AnyOf.as_postgresql = saved["anyof"]
 
 if __name__ == "__main__":
     main()

@@ -346,6 +346,14 @@ def load_schedules(
     return s
 
 
+def fresh_idle_schedules(database: str, tag: str, count: int) -> ScheduleSet:
+    """The bench database made again, with one tenant (allowed to call 127.0.0.1:9) and `count`
+    schedules of it that fall due only in ten days: a bench then loads their runs as it needs."""
+    setup_database(database)
+    tenant = load_tenant(tag, "http://127.0.0.1:9/")
+    return load_schedules(tag, tenant, count, target_url="http://127.0.0.1:9/run", next_run_at="now() + interval '10 days'")
+
+
 def load_due_runs(s: ScheduleSet, count: int, at_sql: str, params=None) -> None:
     """For schedules 1..count of `s`: one occurrence at `at_sql` (an SQL timestamptz expression),
     its run (ready, next_eligible_at = the instant) and its run.created outbox event, as the

@@ -65,10 +65,7 @@ def main():
     before = DROPPED_BY[args.dropped_by]
 
     print(C.machine_line(), flush=True)
-    C.setup_database(args.database)
-    tenant = C.load_tenant("ab", "http://127.0.0.1:9/")
-    s = C.load_schedules("ab", tenant, args.runs, target_url="http://127.0.0.1:9/run",
-                         next_run_at="now() + interval '10 days'")
+    s = C.fresh_idle_schedules(args.database, "ab", args.runs)
     backend = C.sql("SELECT pg_backend_pid()")[0][0]
     res = {"before": [], "after": []}
     for rnd in range(args.rounds):

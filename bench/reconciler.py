@@ -31,12 +31,9 @@ def main():
     ap.add_argument("--database", default="scheduler_bench_reconciler")
     args = ap.parse_args()
     print(C.machine_line(), flush=True)
-    C.setup_database(args.database)
+    s = C.fresh_idle_schedules(args.database, "rec", args.runs)
     from runs.queue import skip_unclaimed_misfires
 
-    tenant = C.load_tenant("rec", "http://127.0.0.1:9/")
-    s = C.load_schedules("rec", tenant, args.runs, target_url="http://127.0.0.1:9/run",
-                         next_run_at="now() + interval '10 days'")
     results = {}
     for case, ago in (("within grace", "10 seconds"), ("missed", "2 hours")):
         C.truncate_runs()
