@@ -348,3 +348,34 @@ def test_an_activity_step_cut_between_its_upserts_adds_each_attempt_once_to_ever
     assert sum(TargetMinute.objects.filter(tenant_id=tenant.id).values_list("attempts", flat=True)) == 3
     per_schedule = RetryCostHour.objects.filter(tenant_id=tenant.id, dimension="schedule")
     assert sorted(per_schedule.values_list("attempts", flat=True)) == [1, 1, 1]
+
+
+def test_two_activity_loops_at_once_fold_each_attempt_once(tenant, target):
+    # Two `reconcile` processes each run the activity loop: they take turns on its cursor, and
+    # every table gets each attempt once, whichever loop folded it.
+    from dispatch import activity
+    from dispatch.models import RetryCostHour, ScheduleActivity, TargetMinute
+
+    schedules = [make_schedule(tenant, target.url + f"/two{i % 3}") for i in range(12)]
+    for s in schedules:
+        make_due(s)
+    loops.drain(loops.scan_step)
+    claimed = queue.claim("w-1", 50)
+    queue.complete([queue.Result(claimed=c, outcome="failed" if i % 4 == 0 else "succeeded",
+                                 http_status=500 if i % 4 == 0 else 200, retryable=False)
+                    for i, c in enumerate(claimed)])
+    assert len(claimed) == 12
+
+    def folded():
+        rows = ScheduleActivity.objects.filter(schedule_id__in=[s.id for s in schedules])
+        return sum(r.succeeded + r.failed for r in rows)
+
+    with running(activity.ActivityAggregator(batch=2, settle=timedelta(0))), \
+            running(activity.ActivityAggregator(batch=2, settle=timedelta(0))):
+        wait_for(lambda: folded() >= 12, what="the two activity loops to fold the attempts")
+        time.sleep(0.5)
+    assert folded() == 12
+    assert sum(TargetMinute.objects.filter(tenant_id=tenant.id).values_list("attempts", flat=True)) == 12
+    assert sum(TargetMinute.objects.filter(tenant_id=tenant.id).values_list("failed", flat=True)) == 3
+    assert sum(RetryCostHour.objects.filter(tenant_id=tenant.id, dimension="schedule")
+               .values_list("attempts", flat=True)) == 12
