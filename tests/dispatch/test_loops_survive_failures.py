@@ -379,3 +379,40 @@ def test_two_activity_loops_at_once_fold_each_attempt_once(tenant, target):
     assert sum(TargetMinute.objects.filter(tenant_id=tenant.id).values_list("failed", flat=True)) == 3
     assert sum(RetryCostHour.objects.filter(tenant_id=tenant.id, dimension="schedule")
                .values_list("attempts", flat=True)) == 12
+
+
+@pytest.mark.postgresql_only("terminates the step's PostgreSQL session with pg_terminate_backend")
+def test_an_incidents_step_whose_session_is_terminated_as_it_saves_opens_one_incident(
+        tenant, target, monkeypatch, settings):
+    # The pass has read its events by key and opened the incident in its transaction when the
+    # session goes: the next pass evaluates the same events again, and one incident results.
+    from dispatch import incidents
+    from dispatch.models import FailureStreak, Incident, IncidentCursor
+
+    settings.SCHEDULER_INCIDENT_SETTLE_SECONDS = 0
+    IncidentCursor.objects.update_or_create(id=1, defaults={"watermark": 0})
+    from django.db import transaction
+
+    from runs.actions import trigger_schedule
+    from tests.helpers import ACTOR
+
+    s = make_schedule(tenant, target.url + "/fails", max_attempts=1)
+    for _ in range(3):
+        trigger_schedule(s, by=ACTOR)
+        claimed = queue.claim("w-1", 10)
+        queue.complete([queue.Result(claimed=c, outcome="failed", http_status=500) for c in claimed])
+    # What an uninterrupted evaluation makes of these events, undone again.
+    with transaction.atomic():
+        incidents.drain()
+        expected = list(Incident.objects.filter(schedule_id=s.id).values_list("rule", "occurrences"))
+        transaction.set_rollback(True)
+    assert expected and not Incident.objects.exists()
+    cut = TerminateMidStep(incidents.Pass.save)
+    monkeypatch.setattr(incidents.Pass, "save", lambda self, sids: cut(self, sids))
+
+    with running(incidents.IncidentEvaluator()):
+        wait_for(lambda: Incident.objects.filter(schedule_id=s.id).exists(), what="the incident to open")
+        time.sleep(0.5)
+    assert cut.terminated == 1
+    assert list(Incident.objects.filter(schedule_id=s.id).values_list("rule", "occurrences")) == expected
+    assert FailureStreak.objects.get(schedule_id=s.id).failures == 3
