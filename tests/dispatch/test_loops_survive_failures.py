@@ -93,6 +93,18 @@ class TerminateMidStep:
         return self.fn(*args, **kwargs)
 
 
+def succeeded_runs(tenant, target, tag: str, n: int = 3) -> list:
+    """n schedules of the tenant, each with one run made by the scanner and succeeded."""
+    schedules = [make_schedule(tenant, target.url + f"/{tag}{i}") for i in range(n)]
+    for s in schedules:
+        make_due(s)
+    loops.drain(loops.scan_step)
+    claimed = queue.claim("w-1", 10)
+    queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200) for c in claimed])
+    assert len(claimed) == n
+    return schedules
+
+
 @pytest.fixture(autouse=True)
 def quick_polls(settings, monkeypatch):
     settings.SCHEDULER_POLL_SECONDS = 0.1
@@ -300,12 +312,7 @@ def test_an_activity_step_whose_session_is_terminated_mid_transaction_counts_eac
     from dispatch import activity
     from dispatch.models import ALL_TENANTS, ActivityMinute
 
-    schedules = [make_schedule(tenant, target.url + f"/a{i}") for i in range(3)]
-    for s in schedules:
-        make_due(s)
-    loops.drain(loops.scan_step)
-    claimed = queue.claim("w-1", 10)
-    queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200) for c in claimed])
+    succeeded_runs(tenant, target, "a")
     cut = TerminateMidStep(activity._Tally.apply)
     monkeypatch.setattr(activity._Tally, "apply", lambda self: cut(self))
 
@@ -328,12 +335,7 @@ def test_an_activity_step_cut_between_its_upserts_adds_each_attempt_once_to_ever
     from dispatch import activity, activity_store
     from dispatch.models import RetryCostHour, ScheduleActivity, TargetMinute
 
-    schedules = [make_schedule(tenant, target.url + f"/c{i}") for i in range(3)]
-    for s in schedules:
-        make_due(s)
-    loops.drain(loops.scan_step)
-    claimed = queue.claim("w-1", 10)
-    queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200) for c in claimed])
+    schedules = succeeded_runs(tenant, target, "c")
     cut = TerminateMidStep(getattr(activity_store, cut_before))
     monkeypatch.setattr(activity_store, cut_before, cut)
 
