@@ -21,12 +21,12 @@ forecast's cost. Here that grouping is kept instead:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from django.db import connection, transaction
-from django.utils.dateparse import parse_datetime
 
 from dispatch.models import ForecastGroup
+from scheduler_project.foundation.dbclock import instant_from_db
 from schedules.targets import origin_sql
 
 COLS = ("tenant_id, expression, time_zone, dst_skipped, dst_repeated, end_at, anchored, next_run_at, "
@@ -65,14 +65,6 @@ def _tenant_values(tenant_ids) -> list:
     return [field.get_db_prep_value(t, connection) for t in tenant_ids]
 
 
-def _when(value):
-    """SQLite hands back UTC instants as text or naive datetimes."""
-    if value is None:
-        return None
-    at = value if isinstance(value, datetime) else parse_datetime(value)
-    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
-
-
 def grouped(*, tenant_ids=None, until: datetime) -> list:
     """(expression, zone, dst_skipped, dst_repeated, end_at, anchor or None, next_run_at, offset,
     grace, target origin, count) of the schedules in scope with next_run_at before `until`, over
@@ -100,7 +92,7 @@ def grouped(*, tenant_ids=None, until: datetime) -> list:
         rows = cur.fetchall()
     if connection.vendor == "postgresql":
         return rows
-    return [(e, z, s, r, _when(end), _when(anchor), _when(nxt), off, grace, url, n)
+    return [(e, z, s, r, instant_from_db(end), instant_from_db(anchor), instant_from_db(nxt), off, grace, url, n)
             for e, z, s, r, end, anchor, nxt, off, grace, url, n in rows]
 
 

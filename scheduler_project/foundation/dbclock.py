@@ -4,6 +4,7 @@ so a worker or scanner with a skewed clock cannot stretch a lease or fire early.
 from datetime import datetime, timezone
 
 from django.db import connection
+from django.utils.dateparse import parse_datetime
 
 
 def db_now() -> datetime:
@@ -20,3 +21,12 @@ def request_now(request) -> datetime:
     """The database clock at this API request's arrival, read by the API key lookup
     (scheduler_project.web.store.find_key) in its statement: one round trip fewer on a create."""
     return getattr(request, "db_now", None) or db_now()
+
+
+def instant_from_db(value) -> datetime | None:
+    """A timestamp read by hand-written SQL, aware: SQLite hands UTC instants back as text or
+    naive datetimes."""
+    if value is None:
+        return None
+    at = value if isinstance(value, datetime) else parse_datetime(value)
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
