@@ -615,17 +615,19 @@ TICKS = os.sysconf("SC_CLK_TCK")
 PG_BACKENDS_SQL = "SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity"
 
 
-def cpu_seconds(pid: int) -> tuple[str, float, float] | None:
+def cpu_seconds(pid: int) -> tuple[str, float, float, int] | None:
     """(command name, user + system CPU seconds, the same of its children that have ended and
-    been waited for) of a process, or None once it is gone. The second is where a short-lived
-    process's CPU is seen after it ends: a PostgreSQL backend's in its postmaster's."""
+    been waited for, parent pid) of a process, or None once it is gone. The third is where a
+    short-lived process's CPU is seen after it ends: a PostgreSQL backend's in its postmaster's,
+    a killed postmaster's (its whole life's, its backends' included) in whoever reaped it."""
     try:
         raw = open(f"/proc/{pid}/stat").read()
     except OSError:
         return None
     comm = raw[raw.index("(") + 1:raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2:].split()
-    return comm, (int(fields[11]) + int(fields[12])) / TICKS, (int(fields[13]) + int(fields[14])) / TICKS
+    return (comm, (int(fields[11]) + int(fields[12])) / TICKS, (int(fields[13]) + int(fields[14])) / TICKS,
+            int(fields[1]))
 
 
 def machine_ticks() -> tuple[int, int, int]:
@@ -652,8 +654,9 @@ class Sampler:
     def __init__(self, procs: dict, every: float, t0: float):
         self.procs, self.every, self.t0 = procs, every, t0
         self.rss = []  # (seconds since t0, {name: MiB})
-        # (seconds since t0, {pid: (label, CPU seconds)}): every process on the machine, so the
-        # report can say where the machine's time went (ours, PostgreSQL's by client, the rest).
+        # (seconds since t0, {pid: (label, CPU seconds)}, {pid: parent pid}): every process on the
+        # machine, so the report can say where the machine's time went (ours, PostgreSQL's by
+        # client, the rest).
         self.cpu = []
         self.machine = []  # (seconds since t0, (busy, iowait, idle) clock ticks of the machine)
         self.disk = []  # (seconds since t0, db, runs tables, outbox, wal, partitions, removals)
@@ -687,7 +690,7 @@ class Sampler:
                     if v is not None:
                         out[f"{key}/{c}"] = v
         self.rss.append((now, out))
-        self.cpu.append((now, self._cpu_by_pid()))
+        self.cpu.append((now, *self._cpu_by_pid()))
         self.machine.append((now, machine_ticks()))
         try:
             row = retry_db(lambda: C.sql(DISK_SQL)[0], timeout=20)
@@ -696,7 +699,7 @@ class Sampler:
             pass
         self.load.append((now, os.getloadavg()[0]))
 
-    def _cpu_by_pid(self) -> dict:
+    def _cpu_by_pid(self) -> tuple[dict, dict]:
         import common as C
 
         ours = {}
@@ -710,7 +713,7 @@ class Sampler:
             backends = {pid: f"pg: {app}" for pid, app in C.sql(PG_BACKENDS_SQL)}
         except Exception:
             backends = {}
-        out = {}
+        out, parents = {}, {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -718,7 +721,7 @@ class Sampler:
             got = cpu_seconds(pid)
             if got is None or got[1] + got[2] == 0:
                 continue
-            comm, secs, reaped = got
+            comm, secs, reaped, parents[pid] = got
             if pid in ours:
                 label = ours[pid]
             elif pid in backends:
@@ -731,33 +734,38 @@ class Sampler:
             if reaped:
                 # Negative keys: a process's ended children, kept apart from its own CPU.
                 out[-pid] = (f"{label}: its ended children", reaped)
-        return out
+        return out, parents
 
     def cpu_by_label(self, since: float) -> tuple[float, dict]:
         """CPU seconds per label between the first sample at or after `since` and the last one;
         a process first seen later counts from its first sample, one gone before the end up to
         its last."""
-        samples = [(t, d) for t, d in self.cpu if t >= since]
+        samples = [(t, d, parents) for t, d, parents in self.cpu if t >= since]
         if len(samples) < 2:
             return 0.0, {}
         first, last = {}, {}
-        for _, d in samples:
+        for _, d, _ in samples:
             for pid, v in d.items():
                 first.setdefault(pid, v)
                 last[pid] = v
         out: dict = {}
         for pid, (label, secs) in last.items():
             out[label] = out.get(label, 0.0) + max(0.0, secs - first[pid][1])
-        # A client backend that ended between two samples (a killed worker's, say) was counted
-        # while it lived, and its whole life's CPU then reached its postmaster's ended children:
-        # take that part out again, so only backends never sampled are counted there.
-        seen_ended = 0.0
-        for (_, before), (_, after) in zip(samples, samples[1:]):
-            seen_ended += sum(secs for pid, (label, secs) in before.items()
-                              if pid > 0 and pid not in after and label.startswith("pg: "))
-        key = "pg other: postmaster: its ended children"
-        if key in out:
-            out[key] = max(0.0, out[key] - seen_ended)
+        # A process that ended between two samples (a killed worker's backend, a killed primary's
+        # postmaster) was counted while it lived, and then its whole life's CPU, its own ended
+        # children's included, reached its parent's ended children: take out what it had at its
+        # last sample, so only its time after that sample is counted there (and a process never
+        # sampled is counted whole).
+        seen_ended: dict = {}
+        for (_, before, parents), (_, after, _) in zip(samples, samples[1:]):
+            for pid, (_, secs) in before.items():
+                parent = parents.get(pid)
+                if pid > 0 and pid not in after and parent in before:
+                    key = f"{before[parent][0]}: its ended children"
+                    seen_ended[key] = seen_ended.get(key, 0.0) + secs + before.get(-pid, (None, 0.0))[1]
+        for key, secs in seen_ended.items():
+            if key in out:
+                out[key] = max(0.0, out[key] - secs)
         return samples[-1][0] - samples[0][0], out
 
     def machine_cores(self, since: float) -> tuple[float, float, float] | None:

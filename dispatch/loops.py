@@ -218,7 +218,8 @@ class Scanner:
         self.bursts: list = []  # the burst instants being made early (queue.burst_instants)
         self.bursts_read_at = -1e9
         self.burst_made = 0  # runs made early for the bursts since the last read that found none
-        self.burst_said = None  # the last burst instant the log named
+        # Since the last read: burst runs made, seconds in burst passes, seconds in ordinary ones.
+        self.since_read = [0, 0.0, 0.0]
 
     @property
     def base_horizon(self) -> float:
@@ -243,6 +244,7 @@ class Scanner:
     def _pass(self, **where) -> bool:
         started = time.monotonic()
         busy, made = _scan(batch=self.batch, horizon_seconds=self._horizon(), **where)
+        self.since_read[2] += time.monotonic() - started
         if made >= 50:  # a full-enough batch to measure by
             self.rate = 0.7 * self.rate + 0.3 * made / max(1e-3, time.monotonic() - started)
         if busy:
@@ -263,17 +265,24 @@ class Scanner:
             self.bursts_read_at = time.monotonic()
             self.bursts = queue.burst_instants(base=self.base_horizon, limit=limit, at_least=at_least, shards=shards,
                                                shard=shard)
-            if self.bursts and self.bursts[-1] != self.burst_said:
-                self.burst_said = self.bursts[-1]
-                log.info("making %d burst instant(s) early, up to %s", len(self.bursts),
-                         self.bursts[-1].isoformat(timespec="seconds"))
-            elif not self.bursts and self.burst_made:
+            made, in_bursts, in_ordinary = self.since_read
+            if self.bursts:
+                # Every read while a burst is made says how it goes: an operator (and the soak)
+                # can see the pace it gets beside the ordinary traffic.
+                log.info("making %d burst instant(s) early, up to %s: %d runs in the last %.0f s (%.1f s in burst "
+                         "passes, %.1f s in ordinary ones)", len(self.bursts), self.bursts[-1].isoformat(timespec="seconds"),
+                         made, self.BURST_READ_EVERY, in_bursts, in_ordinary)
+            elif self.burst_made:
                 log.info("bursts made early: %d runs", self.burst_made)
                 self.burst_made = 0
+            self.since_read = [0, 0.0, 0.0]
         if not self.bursts:
             return False
+        started = time.monotonic()
         busy, made = _scan(batch=self.batch, horizon_seconds=self.base_horizon, at=self.bursts, shards=shards,
                            shard=shard)
+        self.since_read[0] += made
+        self.since_read[1] += time.monotonic() - started
         self.burst_made += made
         if not busy:
             self.bursts = []  # made, as far as they can be: read again at the next read

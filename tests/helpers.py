@@ -1,5 +1,6 @@
 """Small helpers the tests share: making schedules and runs directly through the services."""
 
+import threading
 from datetime import datetime, timedelta, timezone
 
 from django.db import connection
@@ -37,3 +38,29 @@ def utc(*args) -> datetime:
 
 def count_queries():
     return len(connection.queries)
+
+
+def at_once(fn, n: int = 2, *, timeout: float = 120) -> list:
+    """Run `fn()` in `n` threads released together (each on its own database connection, closed
+    after), and return what each returned; the first error any of them raised is raised here."""
+    barrier = threading.Barrier(n)
+    results, errors = [], []
+
+    def one():
+        try:
+            barrier.wait()
+            results.append(fn())
+        except Exception as exc:  # raised below, in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    if errors:
+        raise errors[0]
+    assert len(results) == n, "a thread did not finish in time"
+    return results

@@ -16,7 +16,7 @@ from django.db import connection
 from runs.schedule_apply import Action, apply_set
 from scheduler_project.web.schedule_set import declared_from_files, declared_items
 from schedules.models import AuditEntry, Schedule, ScheduleStatus, ScheduleVersion
-from tests.helpers import ACTOR, make_schedule
+from tests.helpers import ACTOR, at_once, make_schedule
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/schedules/apply"
@@ -270,24 +270,7 @@ def test_declared_items_take_the_single_creates_fields():
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_applies_do_not_make_a_schedule_twice(tenant, target):
     declared = declared_items([item(target, i) for i in range(30)])
-    plans, failures = [], []
-    barrier = threading.Barrier(2)
-
-    def run():
-        try:
-            barrier.wait()
-            plans.append(apply_set(tenant, declared, by=ACTOR).counts())
-        except Exception as exc:  # noqa: BLE001 - reported below
-            failures.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures, failures
+    plans = at_once(lambda: apply_set(tenant, declared, by=ACTOR).counts())
     assert Schedule.objects.filter(tenant=tenant, managed_name__isnull=False).count() == 30
     assert sorted(p["create"] for p in plans) == [0, 30]
     assert sorted(p["unchanged"] for p in plans) == [0, 30]

@@ -1,15 +1,12 @@
 """Two scanners at once over the same due schedules: exactly one run per occurrence."""
 
-import threading
-
 import pytest
-from django.db import connection
 
 from dispatch.loops import drain, scan_step
 from runs.models import Occurrence, OutboxEvent, Run
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from tests.helpers import make_schedule
+from tests.helpers import at_once, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,24 +21,7 @@ def test_two_scanners_make_exactly_one_run_per_occurrence(tenant, target):
     Schedule.objects.filter(id__in=[s.id for s in schedules]).update(
         next_run_at=now - timedelta(minutes=2), anchor_at=now - timedelta(minutes=3)
     )
-    barrier = threading.Barrier(2)
-    errors = []
-
-    def scanner():
-        try:
-            barrier.wait()
-            drain(scan_step, batch=50)
-        except Exception as e:  # surfaced below
-            errors.append(e)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=scanner) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors
+    at_once(lambda: drain(scan_step, batch=50))
     per_schedule = {}
     for sid, t in Run.objects.values_list("schedule_id", "scheduled_time"):
         per_schedule.setdefault(sid, []).append(t)

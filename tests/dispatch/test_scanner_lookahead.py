@@ -3,17 +3,15 @@ ahead of its instant; ordinary traffic is not. And a burst of at least SCHEDULER
 at one instant is made early from SCHEDULER_BURST_LOOKAHEAD_SECONDS ahead, one run per schedule,
 beside the ordinary traffic, by one scanner or two at once."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from dispatch.loops import Scanner, drain
 from runs.models import Occurrence, Run
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule
-from tests.helpers import make_schedule
+from tests.helpers import at_once, make_schedule
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.beside_soak]
 
@@ -156,27 +154,13 @@ def test_a_burst_of_schedules_that_do_not_allow_overlap_waits_for_its_instant_wi
 
 def test_two_scanners_making_one_burst_at_once_make_one_run_per_schedule(bursts, tenant, target):
     at = burst_due_in(tenant, target.url, 600, n=1500)
-    barrier = threading.Barrier(2)
-    errors, made = [], []
 
     def one_scanner():
-        try:
-            s = scanner(rate=1000)
-            barrier.wait()
-            drain(s.step)
-            made.append(s.burst_made)
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connection.close()
+        s = scanner(rate=1000)
+        drain(s.step)
+        return s.burst_made
 
-    threads = [threading.Thread(target=one_scanner) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
-    assert sum(made) == 1500
+    assert sum(at_once(one_scanner)) == 1500
     assert Run.objects.filter(scheduled_time=at).count() == Occurrence.objects.count() == 1500
     assert Run.objects.values("schedule_id").distinct().count() == 1500
 

@@ -1,13 +1,11 @@
 """Several scanners working off the same outage at once: one run (or skip record) per
 occurrence, and the policy's counts exactly, whoever made them."""
 
-import threading
-
 import pytest
-from django.db import connection
 
 from dispatch.loops import drain, scan_step
 from runs.models import Occurrence, Run
+from tests.helpers import at_once
 from tests.timesched.support import every_15_minutes_after_outage
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -17,24 +15,7 @@ def test_concurrent_scanners_during_catch_up_make_one_run_per_occurrence(tenant,
     policies = ["catch_up", "run_once", "skip"]
     schedules = [every_15_minutes_after_outage(tenant, target.url + f"/c{i}", misfire_policy=policies[i % 3])
                  for i in range(150)]
-    barrier = threading.Barrier(4)
-    errors = []
-
-    def scanner():
-        try:
-            barrier.wait()
-            drain(scan_step, batch=7)
-        except Exception as e:  # surfaced below
-            errors.append(e)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=scanner) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
+    at_once(lambda: drain(scan_step, batch=7), 4)
     drain(scan_step)  # whatever a thread left when its batch came back short
     expected_ready = {"catch_up": 10, "run_once": 1, "skip": 0}
     for s in schedules:
