@@ -803,6 +803,7 @@ class Outcome:
     faults: list = field(default_factory=list)
     spike: dict = field(default_factory=dict)
     quiet_spike: dict = field(default_factory=dict)
+    spike_lead: float = 0.0
     lost: int = 0
     duplicates: int = 0
     stale: int = 0
@@ -1055,6 +1056,9 @@ def run(plan: Plan, args) -> int:
         mid = t0 + timedelta(seconds=0.55 * D)
         mid = datetime.fromtimestamp((mid.timestamp() // w) * w + 2, timezone.utc)
         arm_spike(C, "sm", mid)
+        # How long before its instant the scanner could see the midnight (it makes a burst from
+        # SCHEDULER_BURST_LOOKAHEAD_SECONDS ahead): the whole of that only in a run long enough.
+        outcome.spike_lead = (mid - C.db_now()).total_seconds()
         timeline = [
             (0.15, "kill -9 scanner"), (0.27, "switchover"), (0.40, "worker w2 partitioned"),
             ((mid - t0).total_seconds() / D, "spike"), (0.67, "kill -9 worker w1"), (0.80, "primary killed"),
@@ -1391,6 +1395,12 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
     s = o.spike
     quiet_first = ledger.figures(mid.timestamp(), spike_end, first_only=True)
     print(f"\nspike ({plan.spike:,} due at {mid:%H:%M:%S}, +{(mid - t0).total_seconds():.0f}s):")
+    from django.conf import settings
+
+    ahead = settings.SCHEDULER_BURST_LOOKAHEAD_SECONDS
+    print(f"  seen ahead         {o.spike_lead:.0f}s (armed as the steady load began; the scanner makes a burst from "
+          f"{ahead}s ahead, SCHEDULER_BURST_LOOKAHEAD_SECONDS, which a run of {ahead / 0.55 / 60:.0f} minutes or more "
+          f"gives it)")
     print(f"  all started        {f(s.get('all_started'), 2)} after the instant ({s.get('started')}/{s.get('runs')} started)")
     if o.quiet_spike:
         q = o.quiet_spike

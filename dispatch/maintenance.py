@@ -12,6 +12,8 @@ changed nothing and is tried again after BUSY_RETRY_SECONDS; it never fails the 
 
 import logging
 
+from django.db import DatabaseError
+
 from dispatch import forecast_store
 from runs import partitions, retention
 from runs.history_settings import get as setting
@@ -66,11 +68,22 @@ class Maintenance:
             partitions.advisory_unlock()
         self.busy = bool(busy)
         if busy:
-            log.info("%s: the tables were busy; trying again in %.0f s", ", ".join(busy), BUSY_RETRY_SECONDS)
+            log.info("%s: the tables were busy%s; trying again in %.0f s", ", ".join(busy), held_by(),
+                     BUSY_RETRY_SECONDS)
         if self.last.held_back:
             for name, survivors, limit in self.last.held_back:
                 log.warning("retention held back: %s would keep %d rows (limit %s)", name, survivors, limit)
         return self.last.more and not self.busy
+
+
+def held_by() -> str:
+    """Who the tables were busy with, for the log: the oldest transactions holding them (a
+    maintenance that keeps giving way to one kind of reader tells the operator which)."""
+    try:
+        holders = partitions.lock_holders()
+    except DatabaseError:  # only a diagnosis: never a reason for the step to fail
+        return ""
+    return " (held by " + "; ".join(str(h) for h in holders) + ")" if holders else ""
 
 
 def maintain_step(**kwargs) -> bool:

@@ -326,6 +326,40 @@ def advisory_unlock() -> None:
         cur.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK])
 
 
+# The transactions holding a lock on any of the tables, oldest first: what a DDL transaction that
+# gave way was waiting for (they are still there when it has given up: it waited the lock timeout).
+LOCK_HOLDERS_SQL = """
+SELECT coalesce(nullif(a.application_name, ''), a.backend_type), extract(epoch FROM clock_timestamp() - a.xact_start),
+       a.state, left(regexp_replace(a.query, '[[:space:]]+', ' ', 'g'), 100)
+FROM pg_stat_activity a
+WHERE a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
+  AND a.pid IN (SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                WHERE l.granted AND l.locktype = 'relation' AND c.relname = ANY(%s))
+ORDER BY a.xact_start
+LIMIT %s"""
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    application: str
+    seconds: float  # in its transaction
+    state: str  # 'active', 'idle in transaction', ...
+    query: str  # its current or last statement, cut short
+
+    def __str__(self) -> str:
+        return f"{self.application} for {self.seconds:.1f} s ({self.state}: {self.query!r})"
+
+
+def lock_holders(limit: int = 3) -> list[LockHolder]:
+    """The oldest transactions holding a lock on the history tables or the tables they point at:
+    who a maintenance step that gave way gave way to (its log says so)."""
+    tables = list(REFERENCED) + [t for group in GROUPS.values() for t in group]
+    with connection.cursor() as cur:
+        cur.execute(LOCK_HOLDERS_SQL, [tables, limit])
+        return [LockHolder(app or "?", float(secs or 0), state or "?", query or "") for app, secs, state, query
+                in cur.fetchall()]
+
+
 def ensure_unseal_function(cur) -> None:
     cur.execute(f"""
 CREATE OR REPLACE FUNCTION {UNSEAL_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$

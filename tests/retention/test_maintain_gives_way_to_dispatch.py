@@ -11,6 +11,7 @@ in time (runs.partitions, "Lock order"). Here: the hot path finishes as if maint
 there, maintenance never waits for a lock while holding one later in that order, no step fails,
 and a later step removes the partition once."""
 
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -231,3 +232,38 @@ def test_its_lock_timeout_stays_below_half_the_servers_deadlock_timeout(settings
         with partitions.ddl(None) as cur:
             cur.execute("SELECT current_setting('lock_timeout')")
             assert cur.fetchone()[0] == f"{got}ms"
+
+
+def test_a_step_that_gives_way_says_who_held_the_tables(tenant, target, history, caplog):
+    # An operator whose history keeps growing reads in the `maintain` log what it gave way to.
+    hold = Hold()
+
+    def read():
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL application_name = 'month-end-report'")
+            list(Run.objects.all()[:1])
+            hold.stop()  # holding runs_run, idle in its transaction
+
+    hot = Thread(read)
+    hold.thread = hot
+    hot.start()
+    assert hold.holding.wait(WAIT)
+    try:
+        with caplog.at_level(logging.INFO, logger="scheduler.maintain"):
+            step = Maintenance()
+            for _ in range(5):  # a first step may only make what it makes ahead
+                step.step()
+                if step.busy:
+                    break
+    finally:
+        hold.go.set()
+        hot.join(WAIT)
+    assert hot.error is None
+    assert step.busy, (step.last, caplog.text)
+    said = [r.getMessage() for r in caplog.records if "the tables were busy" in r.getMessage()]
+    assert len(said) == 1 and "month-end-report for " in said[0] and "idle in transaction" in said[0], said
+    assert "SELECT" in said[0]  # its last statement
+    removal_done_by_later_steps()  # and once it has gone, the removal is made
+    gone, dead = history
+    assert present(gone, dead) == {gone.id: False, dead.id: True}
