@@ -1056,8 +1056,8 @@ def run(plan: Plan, args) -> int:
         mid = t0 + timedelta(seconds=0.55 * D)
         mid = datetime.fromtimestamp((mid.timestamp() // w) * w + 2, timezone.utc)
         arm_spike(C, "sm", mid)
-        # How long before its instant the scanner could see the midnight (it makes a burst from
-        # SCHEDULER_BURST_LOOKAHEAD_SECONDS ahead): the whole of that only in a run long enough.
+        # How long before its instant the scanner could have seen the midnight (a real one is there
+        # for days; here it is armed when the steady load begins).
         outcome.spike_lead = (mid - C.db_now()).total_seconds()
         timeline = [
             (0.15, "kill -9 scanner"), (0.27, "switchover"), (0.40, "worker w2 partitioned"),
@@ -1395,12 +1395,8 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
     s = o.spike
     quiet_first = ledger.figures(mid.timestamp(), spike_end, first_only=True)
     print(f"\nspike ({plan.spike:,} due at {mid:%H:%M:%S}, +{(mid - t0).total_seconds():.0f}s):")
-    from django.conf import settings
-
-    ahead = settings.SCHEDULER_BURST_LOOKAHEAD_SECONDS
-    print(f"  seen ahead         {o.spike_lead:.0f}s (armed as the steady load began; the scanner makes a burst from "
-          f"{ahead}s ahead, SCHEDULER_BURST_LOOKAHEAD_SECONDS, which a run of {ahead / 0.55 / 60:.0f} minutes or more "
-          f"gives it)")
+    print(f"  seen ahead         {o.spike_lead:.0f}s (armed as the steady load began: how long before its instant the "
+          f"scanner could have started on it)")
     print(f"  all started        {f(s.get('all_started'), 2)} after the instant ({s.get('started')}/{s.get('runs')} started)")
     if o.quiet_spike:
         q = o.quiet_spike

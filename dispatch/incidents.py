@@ -3,16 +3,22 @@ while its condition holds, and writes each opening and resolution as notificatio
 owner's channels (dispatch.notifications delivers them). docs/incidents.md says what each rule
 means exactly.
 
-One pass (`IncidentEvaluator.step`), in one transaction:
+One pass (`IncidentEvaluator.step`), in two transactions:
 
-1. Lock the cursor row (IncidentCursor): several loops (one per `scheduler` or `reconcile`
-   process) take turns, so no event is evaluated twice.
-2. Read the outbox events after the watermark by id, at most BATCH, stopping at the first one
-   written less than SETTLE ago (an older id may still be committing, as in dispatch.activity).
-3. Join them to their runs and schedules by primary key; read the policies, failure streaks and
-   open incidents of only those schedules and tenants; apply each event in order: a failure adds
-   to the streak and opens or adds to an incident, a success clears the streak and resolves, a
-   start resolves a missed start and checks the start lag, a misfire skip is a missed start.
+1. A short read (`read_facts`): the outbox events after the watermark by id, at most BATCH,
+   stopping at the first one written less than SETTLE ago (an older id may still be committing,
+   as in dispatch.activity); their runs and schedules by primary key, and the tenants; on a probe,
+   the oldest ready runs past their grace. Committed before the evaluation: a transaction holds
+   its locks on the tables it read until it ends, and `maintain` gives way to any holder of the
+   history tables or the schedules (runs.partitions, "Lock order"). One that evaluated thousands
+   of events while holding them (seconds on a busy host) made retention give way again and
+   again, and the history grew (found by bench/soak.py: most of its giving way was to this loop).
+2. Lock the cursor row (IncidentCursor): several loops (one per `scheduler` or `reconcile`
+   process) take turns, so no event is evaluated twice; a pass whose watermark moved since its
+   read starts again. Read the policies, failure streaks and open incidents of only those
+   schedules and tenants; apply each event in order: a failure adds to the streak and opens or
+   adds to an incident, a success clears the streak and resolves, a start resolves a missed start
+   and checks the start lag, a misfire skip is a missed start.
 4. At most every PROBE_SECONDS: the oldest ready runs past their grace (the head of the
    workers' run_ready_idx, at most PROBE_BATCH) are missed starts even before the reconciler
    skips them (runs stuck behind a budget never are); tenants' dead-letter growth over the last
@@ -150,13 +156,71 @@ def _text(inc: Incident, kind: NotificationKind) -> str:
 # --- the evaluation --------------------------------------------------------------------------
 
 
+@dataclass
+class Facts:
+    """What a pass reads from the run history and the schedule tables, in its own short
+    transaction before the evaluation (read_facts)."""
+
+    events: list  # (id, run_id, tenant_id, kind, payload, created_at), in id order, settled
+    runs: dict  # run id -> (id, schedule_id, scheduled_time, kind)
+    missed: list  # the probe's ready runs past their grace (probe_missed)
+    schedules: dict  # id -> dict(id, tenant_id, owner_id, name)
+    tenants: dict  # id -> dict(id, slug, default_owner_id)
+
+
+def read_facts(watermark: int, now: datetime, *, batch: int = BATCH, probe: bool = False) -> Facts:
+    """The events after `watermark` (at most `batch`, up to the first not settled), the runs they
+    name, on a probe the oldest ready runs past their grace, and the schedules and tenants of all
+    of them (with the tenants that have a DLQ incident open), in one short transaction."""
+    with transaction.atomic():
+        rows = list(OutboxEvent.objects.filter(id__gt=watermark).order_by("id").values_list(
+            "id", "run_id", "tenant_id", "kind", "payload", "created_at")[:batch])
+        cutoff = now - settle()
+        events = []
+        for row in rows:
+            if row[5] > cutoff:
+                break
+            events.append(row)
+        run_ids = {e[1] for e in events if e[1] and e[3] in READ}
+        # By key whatever the statistics say: probed, a batch's runs cost the batch; PostgreSQL would
+        # read the day's partition whole while it judges that cheaper (foundation.dbplanner).
+        runs = {}
+        if run_ids:
+            with by_key():
+                runs = {r[0]: r for r in Run.objects.filter(id__anyof=run_ids).values_list(
+                    "id", "schedule_id", "scheduled_time", "kind")}
+        missed = []
+        if probe:
+            missed = list(
+                Run.objects.filter(state=RunState.READY, next_eligible_at__lt=now)
+                .exclude(reason=Reason.BUFFERED)
+                .order_by("next_eligible_at")
+                .values_list("id", "schedule_id", "tenant_id", "next_eligible_at",
+                             "version__misfire_grace_seconds")[:PROBE_BATCH]
+            )
+        sids = {r[1] for r in runs.values()} | {r[1] for r in missed}
+        schedules = {}
+        if sids:
+            with by_key():
+                schedules = {row["id"]: row for row in Schedule.objects.filter(id__anyof=sids).order_by().values(
+                    "id", "tenant_id", "owner_id", "name")}
+        tids = ({e[2] for e in events} | {r[2] for r in missed} | {row["tenant_id"] for row in schedules.values()}
+                | set(Incident.objects.filter(rule=IncidentRule.DLQ_GROWTH, schedule__isnull=True)
+                      .exclude(state=IncidentState.RESOLVED).values_list("tenant_id", flat=True)))
+        tenants = {row["id"]: row for row in Tenant.objects.filter(id__anyof=tids).values("id", "slug",
+                                                                                          "default_owner_id")}
+    return Facts(events, runs, missed, schedules, tenants)
+
+
 class Pass:
     """The state one pass reads for the schedules and tenants its events touch."""
 
-    def __init__(self, now: datetime):
+    def __init__(self, now: datetime, facts: Facts | None = None):
         self.now = now
-        self.schedules: dict = {}  # id -> dict(tenant_id, owner_id, name)
-        self.tenants: dict = {}  # id -> dict(slug, default_owner_id)
+        # Read before the pass's transaction (read_facts): id -> dict(tenant_id, owner_id, name),
+        # and id -> dict(slug, default_owner_id).
+        self.schedules: dict = dict(facts.schedules) if facts else {}
+        self.tenants: dict = dict(facts.tenants) if facts else {}
         self.policies: dict = {}  # (tenant_id or schedule_id, rule) -> Policy
         self.streaks: dict = {}  # schedule id -> failures
         self.open: dict = {}  # (schedule id or tenant id, rule) -> Incident
@@ -167,14 +231,10 @@ class Pass:
         self.dead_by_tenant: dict = defaultdict(int)
 
     def load(self, schedule_ids: set, tenant_ids: set) -> None:
-        with by_key():
-            rows = list(Schedule.objects.filter(id__anyof=schedule_ids).order_by().values("id", "tenant_id", "owner_id",
-                                                                                       "name"))
-        for row in rows:
-            self.schedules[row["id"]] = row
-            tenant_ids.add(row["tenant_id"])
-        for row in Tenant.objects.filter(id__anyof=tenant_ids).values("id", "slug", "default_owner_id"):
-            self.tenants[row["id"]] = row
+        """The incident state of these schedules and tenants (their own facts are read already)."""
+        schedule_ids = {sid for sid in schedule_ids if sid in self.schedules}
+        tenant_ids = {tid for tid in tenant_ids if tid in self.tenants} | {
+            self.schedules[sid]["tenant_id"] for sid in schedule_ids}
         for p in IncidentPolicy.objects.filter(tenant_id__anyof=tenant_ids, schedule__isnull=True):
             self.policies[(p.tenant_id, p.rule)] = Policy(p.enabled, p.threshold)
         for p in IncidentPolicy.objects.filter(schedule_id__anyof=schedule_ids):
@@ -252,15 +312,9 @@ class Pass:
             AuditEntry.objects.bulk_create(self.audits)
 
 
-def apply_events(p: Pass, events: list) -> set:
-    """Apply events (id, run_id, tenant_id, kind, payload, created_at) in order; returns the
-    schedule ids they touched."""
-    run_ids = {e[1] for e in events if e[1] and e[3] in READ}
-    # By key whatever the statistics say: probed, a batch's runs cost the batch; PostgreSQL would
-    # read the day's partition whole while it judges that cheaper (foundation.dbplanner).
-    with by_key():
-        runs = {r[0]: r for r in Run.objects.filter(id__anyof=run_ids).values_list("id", "schedule_id", "scheduled_time",
-                                                                                "kind")}
+def apply_events(p: Pass, events: list, runs: dict) -> set:
+    """Apply events (id, run_id, tenant_id, kind, payload, created_at) in order, with their runs
+    (read_facts); returns the schedule ids they touched."""
     sids = {r[1] for r in runs.values()}
     p.load(sids, {e[2] for e in events if e[3] in READ})
     for _, run_id, tid, kind, payload, created_at in events:
@@ -304,15 +358,12 @@ def apply_events(p: Pass, events: list) -> set:
     return sids
 
 
-def probe_missed(now: datetime) -> set:
-    """The oldest ready runs past their grace (the head of run_ready_idx): missed starts."""
-    p = Pass(now)
-    rows = list(
-        Run.objects.filter(state=RunState.READY, next_eligible_at__lt=now)
-        .exclude(reason=Reason.BUFFERED)
-        .order_by("next_eligible_at")
-        .values_list("id", "schedule_id", "tenant_id", "next_eligible_at", "version__misfire_grace_seconds")[:PROBE_BATCH]
-    )
+def probe_missed(now: datetime, facts: Facts | None = None) -> set:
+    """The oldest ready runs past their grace (the head of run_ready_idx, read by read_facts):
+    missed starts."""
+    facts = facts or read_facts(0, now, batch=0, probe=True)
+    p = Pass(now, facts)
+    rows = facts.missed
     if not rows:
         return set()
     sids = {r[1] for r in rows}
@@ -328,7 +379,7 @@ def probe_missed(now: datetime) -> set:
     return sids
 
 
-def check_dead_growth(now: datetime, dead_by_tenant: dict) -> None:
+def check_dead_growth(now: datetime, dead_by_tenant: dict, facts: Facts) -> None:
     """Count this pass's dead runs per minute and tenant; compare each affected tenant's last
     hour (and every tenant with an open DLQ incident) with its threshold."""
     minute = now.replace(second=0, microsecond=0)
@@ -340,7 +391,7 @@ def check_dead_growth(now: datetime, dead_by_tenant: dict) -> None:
     tids = set(dead_by_tenant) | open_tids
     if not tids:
         return
-    p = Pass(now)
+    p = Pass(now, facts)
     p.load(set(), set(tids))
     sums = dict(DeadMinute.objects.filter(tenant_id__anyof=tids, minute__gt=now - DEAD_WINDOW)
                 .values("tenant_id").annotate(n=Sum("dead")).values_list("tenant_id", "n"))
@@ -381,28 +432,28 @@ class IncidentEvaluator:
         return IDLE_SECONDS
 
     def step(self, *, probe: bool | None = None) -> bool:
+        start = IncidentCursor.objects.filter(id=1).values_list("watermark", "probed_at").first()
+        if start is None:
+            with transaction.atomic():
+                start = (_cursor().watermark, None)
+        now = db_now()
+        due = probe if probe is not None else (
+            start[1] is None or (now - start[1]).total_seconds() >= self.probe_seconds)
+        facts = read_facts(start[0], now, batch=self.batch, probe=due)
+        taken = facts.events
         with transaction.atomic():
             cursor = _cursor()
-            now = db_now()
-            rows = list(OutboxEvent.objects.filter(id__gt=cursor.watermark).order_by("id").values_list(
-                "id", "run_id", "tenant_id", "kind", "payload", "created_at")[:self.batch])
-            cutoff = now - settle()
-            taken = []
-            for row in rows:
-                if row[5] > cutoff:
-                    break
-                taken.append(row)
-            p = Pass(now)
+            if (cursor.watermark, cursor.probed_at) != start:
+                return True  # another loop's pass went first: read again from where it stopped
+            p = Pass(now, facts)
             if taken:
-                sids = apply_events(p, taken)
+                sids = apply_events(p, taken, facts.runs)
                 p.save(sids)
                 cursor.watermark = taken[-1][0]
-            due = probe if probe is not None else (
-                cursor.probed_at is None or (now - cursor.probed_at).total_seconds() >= self.probe_seconds)
             if due or p.dead_by_tenant:
-                check_dead_growth(now, dict(p.dead_by_tenant))
+                check_dead_growth(now, dict(p.dead_by_tenant), facts)
             if due:
-                probe_missed(now)
+                probe_missed(now, facts)
                 cursor.probed_at = now
             if taken or due:  # an idle pass between probes writes nothing (SQLite has one writer)
                 cursor.updated_at = now

@@ -158,13 +158,12 @@ def scan_step(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> b
     return _scan(shards=shards, shard=shard, batch=batch, horizon_seconds=horizon_seconds)[0]
 
 
-def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None, at=None) -> tuple[bool, int]:
-    """scan_step's answer and the number of runs the transaction made (`at`: only the schedules
-    due at those burst instants, queue.burst_instants)."""
+def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> tuple[bool, int]:
+    """scan_step's answer and the number of runs the transaction made."""
     batch = batch or settings.SCHEDULER_SCAN_BATCH
     horizon = timedelta(seconds=settings.SCHEDULER_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds)
     with tracing.span("materialise", batch=batch, shard=-1 if shard is None else shard) as traced:
-        result = queue.materialise_due(batch=batch, shards=shards, shard=shard, horizon=horizon, at=at)
+        result = queue.materialise_due(batch=batch, shards=shards, shard=shard, horizon=horizon)
         traced["runs"], traced["schedules"] = result.runs + result.skipped, result.schedules
     for sid, err in result.errors:
         log.error("schedule %s could not be scanned: %s", sid, err)
@@ -180,17 +179,7 @@ class Scanner:
     one midnight take one scanner longer than that to materialise. So when idle, at most once a
     second, it checks (queue.lookahead_seconds) whether what is due within
     SCHEDULER_LOOKAHEAD_SECONDS could still be made in time at a quarter of the rate it has
-    measured itself making runs, and if not, materialises that whole window at once.
-
-    Bursts: a midnight of a hundred thousand schedules beside steady traffic on a busy machine
-    takes the scanner minutes, not seconds, and the whole-window look-ahead would spend its last
-    two minutes on the steady runs of that window first. So every BURST_READ_EVERY it also reads
-    the instants within SCHEDULER_BURST_LOOKAHEAD_SECONDS at which at least
-    SCHEDULER_BURST_SCHEDULES schedules are due (queue.burst_instants), and makes those, one run
-    per schedule, in the time its ordinary passes leave: a pass of the burst after every ordinary
-    pass that had no more to do. Started as soon as seen rather than planned from a measured
-    rate: the rate the scanner will have beside the burst's own load is not known in advance, and
-    an early run costs only its row (edits and pauses cancel it like any run not started)."""
+    measured itself making runs, and if not, materialises that whole window at once."""
 
     name = "scan"
     RECORD_EVERY = 5.0
@@ -201,9 +190,6 @@ class Scanner:
     # Runs per second assumed until the scanner has measured its own: on the low side of what
     # one scanner makes (bench/README.md), so that a first guess starts early.
     DEFAULT_RATE = 1000.0
-    # Burst instants are read this often: the read is a range of the whole burst window, and a
-    # burst seen a few seconds later loses little of a lead of many minutes.
-    BURST_READ_EVERY = 10.0
 
     def __init__(self, *, shards=None, prefer=None, holder="", batch=None, horizon_seconds=None,
                  lookahead_seconds=None):
@@ -215,11 +201,6 @@ class Scanner:
         self.rate = self.DEFAULT_RATE  # runs made per second of scanning, measured as it goes
         self.ahead_until = 0.0  # time.monotonic() up to which a look-ahead materialises; 0: none
         self.probed_at = -1e9
-        self.bursts: list = []  # the burst instants being made early (queue.burst_instants)
-        self.bursts_read_at = -1e9
-        self.burst_made = 0  # runs made early for the bursts since the last read that found none
-        # Since the last read: burst runs made, seconds in burst passes, seconds in ordinary ones.
-        self.since_read = [0, 0.0, 0.0]
 
     @property
     def base_horizon(self) -> float:
@@ -244,49 +225,12 @@ class Scanner:
     def _pass(self, **where) -> bool:
         started = time.monotonic()
         busy, made = _scan(batch=self.batch, horizon_seconds=self._horizon(), **where)
-        self.since_read[2] += time.monotonic() - started
         if made >= 50:  # a full-enough batch to measure by
             self.rate = 0.7 * self.rate + 0.3 * made / max(1e-3, time.monotonic() - started)
         if busy:
             return True
         self.ahead_until = 0.0
-        if self._burst_pass(**where):
-            return True
         return self._look_ahead(**where)
-
-    def _burst_pass(self, shards=None, shard=None) -> bool:
-        """One pass of the bursts being made early (reading them again every BURST_READ_EVERY);
-        True when it filled its batch."""
-        at_least = settings.SCHEDULER_BURST_SCHEDULES
-        limit = float(settings.SCHEDULER_BURST_LOOKAHEAD_SECONDS)
-        if at_least <= 0 or limit <= self.base_horizon:
-            return False
-        if time.monotonic() - self.bursts_read_at >= self.BURST_READ_EVERY:
-            self.bursts_read_at = time.monotonic()
-            self.bursts = queue.burst_instants(base=self.base_horizon, limit=limit, at_least=at_least, shards=shards,
-                                               shard=shard)
-            made, in_bursts, in_ordinary = self.since_read
-            if self.bursts:
-                # Every read while a burst is made says how it goes: an operator (and the soak)
-                # can see the pace it gets beside the ordinary traffic.
-                log.info("making %d burst instant(s) early, up to %s: %d runs in the last %.0f s (%.1f s in burst "
-                         "passes, %.1f s in ordinary ones)", len(self.bursts), self.bursts[-1].isoformat(timespec="seconds"),
-                         made, self.BURST_READ_EVERY, in_bursts, in_ordinary)
-            elif self.burst_made:
-                log.info("bursts made early: %d runs", self.burst_made)
-                self.burst_made = 0
-            self.since_read = [0, 0.0, 0.0]
-        if not self.bursts:
-            return False
-        started = time.monotonic()
-        busy, made = _scan(batch=self.batch, horizon_seconds=self.base_horizon, at=self.bursts, shards=shards,
-                           shard=shard)
-        self.since_read[0] += made
-        self.since_read[1] += time.monotonic() - started
-        self.burst_made += made
-        if not busy:
-            self.bursts = []  # made, as far as they can be: read again at the next read
-        return busy
 
     def _look_ahead(self, shards=None, shard=None) -> bool:
         limit = float(settings.SCHEDULER_LOOKAHEAD_SECONDS if self.lookahead_seconds is None

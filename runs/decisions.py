@@ -251,13 +251,10 @@ def keep_missed(version: ScheduleVersion) -> int:
     return KEEP_MISSED.get(version.misfire_policy, version.catchup_limit)
 
 
-# Only schedules that allow overlap are materialised ahead of their instant: the other overlap
-# policies need the earlier run's state when the occurrence is due.
-MADE_AHEAD_POLICIES = (OverlapPolicy.ALLOW,)
-
-
 def made_ahead(version: ScheduleVersion) -> bool:
-    return version.overlap_policy in MADE_AHEAD_POLICIES
+    """Only schedules that allow overlap are materialised ahead of their instant: the overlap
+    policy needs the earlier run's state when the occurrence is due."""
+    return version.overlap_policy == OverlapPolicy.ALLOW
 
 
 def plan_schedule(schedule: Schedule, version: ScheduleVersion, now: datetime, horizon: timedelta, active) -> tuple:

@@ -140,21 +140,6 @@ def lookahead_seconds(*, base: float, limit: float, rate: float, shards: int | N
     return limit if count and behind(count, last) else 0.0
 
 
-# The burst instants are read from at most this many entries of the window (one bounded range of
-# schedule_due_idx, grouped by instant).
-BURST_READ_CAP = 1_000_000
-
-
-def burst_instants(*, base: float, limit: float, at_least: int, shards: int | None = None, shard=None) -> list:
-    """The instants beyond the base horizon and within `limit` seconds at which at least
-    `at_least` live schedules are due, oldest first: the bursts the scanner makes early, one run
-    per schedule, beside the ordinary traffic (dispatch.loops.Scanner)."""
-    now = db_now()
-    instants = store().schedule_due_instants(now, beyond=now + timedelta(seconds=base), until=now + timedelta(seconds=limit),
-                                             cap=BURST_READ_CAP, at_least=at_least, shards=shards, shard=shard)
-    return [at for at, _ in instants]
-
-
 # A schedule whose step failed unexpectedly is looked at again after this long, with the error on
 # the schedule (its lastError) meanwhile.
 SCAN_ERROR_RETRY = timedelta(minutes=5)
@@ -163,11 +148,9 @@ SCAN_ERROR_RETRY = timedelta(minutes=5)
 SCAN_PARK = timedelta(hours=1)
 
 
-def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0), at=None) -> ScanResult:
+def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> ScanResult:
     """One scanner step: lock up to `batch` due schedules (skipping ones another scanner holds),
     turn their due occurrences into runs and advance next_run_at, all in one short transaction.
-    With `at` (burst_instants), the schedules made ahead that are due at exactly those instants,
-    each made up to its own instant only: one run each, whatever their period.
 
     The schedule row lock serialises everyone who inserts occurrences for a schedule (scanner,
     trigger, backfill, edits), and the occurrence unique constraint is the final guard: a
@@ -175,7 +158,7 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
     result = ScanResult()
     with transaction.atomic():
         now = db_now()
-        schedules = store().schedule_lock_due(now, batch=batch, shards=shards, shard=shard, horizon=horizon, at=at)
+        schedules = store().schedule_lock_due(now, batch=batch, shards=shards, shard=shard, horizon=horizon)
         result.locked = len(schedules)
         # Not due yet and not made ahead: their overlap policy is decided when they are due.
         schedules = [s for s in schedules if s.next_run_at <= now or decisions.made_ahead(s.current)]
@@ -186,8 +169,7 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
         for s in schedules:
             version = s.current
             try:
-                ahead = horizon if at is None else max(horizon, s.next_run_at - now)
-                planned, next_at, completed = plan_schedule(s, version, now, ahead, active)
+                planned, next_at, completed = plan_schedule(s, version, now, horizon, active)
             except timeexpr.ExpressionError as exc:
                 # Parked with the reason on the schedule: the occurrences it misses meanwhile are
                 # recorded under its misfire policy when it is looked at again.

@@ -264,11 +264,6 @@ SCHEDULER_HORIZON_SECONDS = env.int("SCHEDULER_HORIZON_SECONDS", default=10)
 # How far ahead the scanner looks for a burst it could not materialise within the horizon
 # (dispatch.loops.Scanner); at most this far ahead are runs made early.
 SCHEDULER_LOOKAHEAD_SECONDS = env.int("SCHEDULER_LOOKAHEAD_SECONDS", default=120)
-# An instant at which at least SCHEDULER_BURST_SCHEDULES schedules are due (a "midnight") is made
-# early, one run per schedule, from as soon as it is within SCHEDULER_BURST_LOOKAHEAD_SECONDS, in
-# the scanner's time between its ordinary passes (dispatch.loops.Scanner). 0 turns it off.
-SCHEDULER_BURST_SCHEDULES = env.int("SCHEDULER_BURST_SCHEDULES", default=10_000)
-SCHEDULER_BURST_LOOKAHEAD_SECONDS = env.int("SCHEDULER_BURST_LOOKAHEAD_SECONDS", default=900)
 # The database is deployed with a synchronous standby (docs/failure-model.md): /metrics and the
 # dashboard then call it degraded whenever commits are acknowledged without one.
 SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY = env.bool("SCHEDULER_EXPECT_SYNCHRONOUS_STANDBY", default=False)

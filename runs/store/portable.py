@@ -55,7 +55,7 @@ from runs.models import (
 )
 from runs.store.history import PortableHistory
 from runs.store.requested import RequestedChanges
-from scheduler_project.foundation.dbclock import db_now, instant_from_db
+from scheduler_project.foundation.dbclock import db_now
 from schedules.models import MisfirePolicy, Schedule, ScheduleStatus, ScheduleVersion, TargetPrefix, Tenant
 from schedules.targets import target_host
 
@@ -100,30 +100,26 @@ class PortableStore(RequestedChanges, PortableHistory):
             schedule.save(force_insert=True)
             entry.save(force_insert=True)
 
-    def schedule_due_query(self, now, *, shards: int | None = None, shard=None, horizon=timedelta(0), at=None):
-        """Schedules with an occurrence due within the horizon (or, given `at`, due at exactly one
-        of those instants: the scanner's early making of a burst), in the given shard(s) of
-        `shards`, oldest first: one range scan on schedule_due_idx (one probe per instant), whose
-        cost follows what is due. (Only `allow` schedules are materialised ahead; the caller passes
-        over the others until they are due. Filtering them here would join the versions into the
-        range scan.)"""
-        due = Q(next_run_at__in=list(at)) if at is not None else Q(next_run_at__lte=now + horizon)
-        qs = Schedule.objects.filter(due, enabled=True, status=ScheduleStatus.ACTIVE)
+    def schedule_due_query(self, now, *, shards: int | None = None, shard=None, horizon=timedelta(0)):
+        """Schedules with an occurrence due within the horizon, in the given shard(s) of `shards`,
+        oldest first: one range scan on schedule_due_idx, whose cost follows what is due. (Only
+        `allow` schedules are materialised ahead; the caller passes over the others until they are
+        due. Filtering them here would join the versions into the range scan.)"""
+        qs = Schedule.objects.filter(next_run_at__lte=now + horizon, enabled=True, status=ScheduleStatus.ACTIVE)
         if shards:
             wanted = [shard] if isinstance(shard, int) else list(shard)
             qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard__in=wanted)
         return qs.order_by("next_run_at")
 
-    def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0), at=None) -> list:
-        """Up to `batch` due schedules (within the horizon, or at one of the instants `at`) with their
-        current version, locked; ones another scanner holds are skipped. The schedule row lock
-        serialises everyone who inserts occurrences for a schedule (scanner, trigger, backfill,
-        edits). At burst instants only schedules made ahead are taken (the version is joined
-        anyway): the others wait for their instant, and must not fill the batch meanwhile."""
-        qs = self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon, at=at)
-        if at is not None:
-            qs = qs.filter(current__overlap_policy__in=decisions.MADE_AHEAD_POLICIES)
-        return list(qs.select_for_update(skip_locked=True, of=("self",)).select_related("current")[:batch])
+    def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> list:
+        """Up to `batch` due schedules with their current version, locked; ones another scanner
+        holds are skipped. The schedule row lock serialises everyone who inserts occurrences for a
+        schedule (scanner, trigger, backfill, edits)."""
+        return list(
+            self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon)
+            .select_for_update(skip_locked=True, of=("self",))
+            .select_related("current")[:batch]
+        )
 
     def schedule_first_due(self, *, after: datetime | None = None):
         """The earliest next_run_at of a live schedule (beyond `after`), or None."""
@@ -151,19 +147,6 @@ class PortableStore(RequestedChanges, PortableHistory):
         if not count:
             return 0, None
         return count, self.schedule_nth_due(now, count, beyond=beyond, until=until, shards=shards, shard=shard)
-
-    def schedule_due_instants(self, now, *, beyond: datetime, until: datetime, cap: int, at_least: int, shards=None,
-                              shard=None) -> list:
-        """(instant, schedules due at it) of each instant in (beyond, until] at which at least
-        `at_least` live schedules are due, oldest first: the window's first `cap` entries of
-        schedule_due_idx read once (a bounded range) and grouped by instant."""
-        qs = (self.schedule_due_query(now, shards=shards, shard=shard, horizon=until - now)
-              .filter(next_run_at__gt=beyond).values("next_run_at")[:cap])
-        inner, params = qs.query.get_compiler(using=qs.db).as_sql()
-        with connection.cursor() as cur:
-            cur.execute(f"SELECT next_run_at, COUNT(*) FROM ({inner}) due GROUP BY next_run_at "
-                        f"HAVING COUNT(*) >= %s ORDER BY next_run_at", [*params, at_least])
-            return [(instant_from_db(at), n) for at, n in cur.fetchall()]
 
     def schedule_advance_many(self, schedules, *, now: datetime) -> None:
         """The scanner's write-back of next_run_at, completion and last scan error."""

@@ -21,8 +21,9 @@ from django.db import connection, transaction
 
 from dispatch.loops import drain, scan_step
 from dispatch.maintenance import Maintenance
+from dispatch.models import IncidentCursor
 from runs import partitions, queue, retention
-from runs.models import HistoryRemoval, Occurrence, Run
+from runs.models import HistoryRemoval, Occurrence, OutboxEvent, Run
 from runs.store import store
 from tests.helpers import make_due, make_schedule
 from tests.partitions.test_sealed_partitions import backfilled_long_ago
@@ -267,3 +268,42 @@ def test_a_step_that_gives_way_says_who_held_the_tables(tenant, target, history,
     removal_done_by_later_steps()  # and once it has gone, the removal is made
     gone, dead = history
     assert present(gone, dead) == {gone.id: False, dead.id: True}
+
+
+def test_an_incidents_pass_holds_nothing_maintenance_needs_while_it_evaluates(tenant, target, monkeypatch, settings):
+    # The soak's `maintain` gave way mostly to the incidents loop: its pass read the runs, schedules
+    # and tenants inside the transaction in which it then evaluated thousands of events (seconds
+    # on a busy host). Now those reads are a transaction of their own, ended before the evaluation.
+    from dispatch import incidents
+
+    settings.SCHEDULER_INCIDENT_SETTLE_SECONDS = 0
+    incidents.IncidentEvaluator().step(probe=False)  # the cursor, which starts at the outbox's end
+    s = make_schedule(tenant, target.url + "/evaluated")
+    make_due(s)
+    drain(scan_step)
+    (c,) = queue.claim("w-1", 10)
+    queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200)])
+    hold = Hold()
+    real = incidents.apply_events
+
+    def evaluating(*args):
+        out = real(*args)
+        if threading.current_thread() is hold.thread:
+            hold.stop()  # in the middle of the pass: its events evaluated, nothing written yet
+        return out
+
+    monkeypatch.setattr(incidents, "apply_events", evaluating)
+    hot = Thread(lambda: incidents.IncidentEvaluator().step(probe=True))
+    hold.thread = hot
+    hot.start()
+    try:
+        assert hold.holding.wait(WAIT), hot.error
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("SET LOCAL lock_timeout = '2s'")
+            cur.execute(f"LOCK TABLE {', '.join(ORDER)} IN ACCESS EXCLUSIVE MODE")  # what a removal takes first
+    finally:
+        hold.go.set()
+        hot.join(WAIT)
+    assert hot.error is None, hot.error
+    # And the pass went on to its end.
+    assert IncidentCursor.objects.get(id=1).watermark == OutboxEvent.objects.order_by("-id").values_list("id", flat=True)[0]
