@@ -334,7 +334,9 @@ SELECT coalesce(nullif(a.application_name, ''), a.backend_type), extract(epoch F
 FROM pg_stat_activity a
 WHERE a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
   AND a.pid IN (SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-                WHERE l.granted AND l.locktype = 'relation' AND c.relname = ANY(%s))
+                WHERE l.granted AND l.locktype = 'relation' AND c.relname = ANY(%s)
+                  -- pg_locks spans every database; a relation's oid is only this database's
+                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
 ORDER BY a.xact_start
 LIMIT %s"""
 
