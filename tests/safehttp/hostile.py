@@ -146,6 +146,19 @@ class Fight:
     rss_growth: int = 0  # peak resident bytes while fighting, over the level before it
     cpu_seconds: float = 0.0  # this process's CPU while fighting
     seconds: float = 0.0
+    # The longest time, within one tick of the event loop's probe, that this process was not
+    # running at all: a busy host's preemption, which no client code can make up for. A loop
+    # held by this process's own work shows as CPU time, not here.
+    off_cpu_stall: float = 0.0
+
+
+async def _probe_stalls(out: Fight, done: asyncio.Event, tick: float = 0.02) -> None:
+    wall, cpu = time.monotonic(), time.process_time()
+    while not done.is_set():
+        await asyncio.sleep(tick)
+        now_wall, now_cpu = time.monotonic(), time.process_time()
+        out.off_cpu_stall = max(out.off_cpu_stall, (now_wall - wall) - (now_cpu - cpu) - tick)
+        wall, cpu = now_wall, now_cpu
 
 
 async def _echo(reader, writer, handlers):
@@ -207,12 +220,16 @@ async def fight(hostile: dict[str, str], *, kinds, seconds: float, hostile_timeo
                 out.hostile.append((kind, *await call(hostile[kind], {}, hostile_timeout)))
 
         cpu, wall = time.process_time(), time.monotonic()
+        fought = asyncio.Event()
+        probe = asyncio.create_task(_probe_stalls(out, fought))
         with PeakRss() as rss:
             # Hostile callers first: every healthy call starts while they are at work.
             await asyncio.gather(
                 *(hostile_caller(kind) for kind in kinds for _ in range(hostile_callers)),
                 *(healthy_caller(w) for w in range(healthy_callers)),
             )
+        fought.set()
+        await probe
         out.cpu_seconds, out.seconds = time.process_time() - cpu, time.monotonic() - wall
         out.rss_growth = rss.peak - baseline
     server.close()

@@ -62,8 +62,12 @@ def test_healthy_calls_keep_their_answers_and_pace_beside_hostile_targets(loop_k
     wrong = [(n, r.status, r.error_class, r.body_excerpt) for n, _, _, r in got.healthy
              if (r.status, r.body_excerpt) != (200, n.encode())]
     assert wrong == []
+    # A busy host may take the CPU from this process for a while: no client can end a call
+    # sooner than it runs again, so that stall is added to each bound. A loop held by the
+    # client's own work is CPU time, and is not excused.
+    stall = got.off_cpu_stall
     slowest = max(ended - started for _, started, ended, _ in got.healthy)
-    assert slowest < 2.0, slowest
+    assert slowest < 2.0 + stall, (slowest, stall)
     # ...and they ran while the hostile calls were being fought off, not after.
     hostile_start = min(started for _, started, _, _ in got.hostile)
     hostile_end = max(ended for _, _, ended, _ in got.hostile)
@@ -74,7 +78,7 @@ def test_healthy_calls_keep_their_answers_and_pace_beside_hostile_targets(loop_k
         calls = [(ended - started, (r.status, r.error_class)) for k, started, ended, r in got.hostile if k == kind]
         assert len(calls) >= HOSTILE_CALLERS, kind
         assert {outcome for _, outcome in calls} <= expected, (kind, calls[:3])
-        assert max(elapsed for elapsed, _ in calls) < HOSTILE_TIMEOUT + 0.5, kind
+        assert max(elapsed for elapsed, _ in calls) < HOSTILE_TIMEOUT + 0.5 + stall, (kind, stall)
 
     # Memory: the peak resident size while fighting stays near where it started.
     assert got.rss_growth < 50 * 2**20, got.rss_growth / 2**20
