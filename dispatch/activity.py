@@ -2,22 +2,27 @@
 and schedule figures read (dispatch.models: ActivityMinute, ScheduleActivity), so that no page
 reads the attempts table, whose size is the whole history.
 
-One pass (`ActivityAggregator.step`), in one transaction:
+One pass (`ActivityAggregator.step`), a read and then one transaction:
 
-1. Lock the cursor row (ActivityCursor). Passes of several loops (one per `reconcile` or
-   `scheduler` process) take turns on it, so no attempt is counted twice. On SQLite the
-   transaction itself is the lock (one writer at a time).
-2. Re-read the attempts parked in ActivityPending (passed while still open) by primary key;
-   the ones that have ended are counted and unparked, the ones that no longer exist unparked.
-3. Read the next attempts after the watermark by primary key, at most BATCH. Attempt ids are
-   handed out when a claim inserts the row, but a claim's transaction may commit after a later
-   one's; so the pass stops at the first attempt that started less than SETTLE ago, leaving
-   room for an older id to appear. An attempt still open is parked (step 2 counts it later).
-4. Add the counts to the per-minute rows (the tenant's and the all-tenants row), to the
-   per-minute rows of each target URL, update each schedule's summary row, and add what the
-   retries cost to the hourly rows of each schedule, owner and target host (dispatch.retry_cost);
-   advance the watermark.
-5. Now and then, delete minute rows older than RETENTION, target rows older than
+1. A read, committed statement by statement before the pass's transaction: a transaction holds
+   its locks on the tables it read until it ends, and `maintain` gives way to any holder of the
+   history tables (runs.partitions, "Lock order"). A pass that folded thousands of attempts while
+   holding them made retention give way again and again (found by bench/soak.py).
+   a. The attempts parked in ActivityPending (passed while still open), by primary key: the ones
+      that have ended are counted, the ones that no longer exist let go.
+   b. The next attempts after the watermark by primary key, at most BATCH. Attempt ids are handed
+      out when a claim inserts the row, but a claim's transaction may commit after a later one's;
+      so the read stops at the first attempt that started less than SETTLE ago, leaving room for
+      an older id to appear. An attempt still open is parked (a. counts it later).
+   c. What the retries among them cost: their runs' earlier attempts and the schedules' owners.
+2. Lock the cursor row (ActivityCursor). Passes of several loops (one per `reconcile` or
+   `scheduler` process) take turns on it, so no attempt is counted twice: a pass whose cursor
+   moved since its read starts again. On SQLite the transaction itself is the lock (one writer).
+3. Park and let go as read; add the counts to the per-minute rows (the tenant's and the
+   all-tenants row), to the per-minute rows of each target URL, update each schedule's summary
+   row, and add what the retries cost to the hourly rows of each schedule, owner and target host
+   (dispatch.retry_cost); advance the watermark.
+4. Now and then, delete minute rows older than RETENTION, target rows older than
    TARGET_RETENTION, retry-cost hours older than retry_cost.RETENTION, and the last hour's kept
    counts too old to be served (runs.stats).
 
@@ -32,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from django.db import transaction
@@ -96,6 +102,17 @@ def _initial_watermark() -> int:
     return row[0] - 1 if row else 0
 
 
+def _cursor_state() -> tuple[int, datetime | None]:
+    """The cursor's (watermark, updated_at), made on a database's first pass."""
+    state = ActivityCursor.objects.filter(id=1).values_list("watermark", "updated_at").first()
+    if state is None:
+        # Two first passes at once: one insert wins, the other's is ignored.
+        ActivityCursor.objects.bulk_create([ActivityCursor(id=1, watermark=_initial_watermark())],
+                                           ignore_conflicts=True)
+        state = ActivityCursor.objects.filter(id=1).values_list("watermark", "updated_at").get()
+    return state
+
+
 class _Tally:
     """The increments of one pass, applied at its end."""
 
@@ -107,6 +124,7 @@ class _Tally:
         self.targets: dict[tuple, dict] = defaultdict(lambda: {"attempts": 0, "failed": 0, "last_failed_at": None})
         self.schedules: dict = defaultdict(list)
         self.retries = retry_cost.RetryTally()
+        self.retry_rows: dict = {}
         self.counted = 0
 
     def add(self, a: dict) -> None:
@@ -145,11 +163,16 @@ class _Tally:
             self.schedules[a["run__schedule_id"]].append(a)
         self.retries.add(a)
 
+    def settle(self) -> None:
+        """What retries cost reads earlier attempts and the schedules' owners: done in the pass's
+        read, with the history tables' other reads."""
+        self.retry_rows = self.retries.increments()
+
     def apply(self) -> None:
         self._apply_minutes()
         self._apply_targets()
         self._apply_schedules()
-        self.retries.apply()
+        activity_store.add_retry_cost_hours(self.retry_rows)
 
     def _apply_minutes(self) -> None:
         if not self.minutes:
@@ -216,9 +239,24 @@ def _error_text(a: dict) -> str:
     return a["error_class"] or a["outcome"]
 
 
+@dataclass
+class _Read:
+    """What a pass read, before its transaction: the increments, and the cursor's next state."""
+
+    tally: _Tally
+    watermark: int
+    parked: list = field(default_factory=list)  # attempt ids passed while open
+    unparked: list = field(default_factory=list)  # parked attempt ids now counted or gone
+    more: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.tally.counted or self.parked or self.unparked)
+
+
 class ActivityAggregator:
     """The loop (run by dispatch.loops.run_loop): `step()` is one pass; True when it stopped at a
-    bound with more to read."""
+    bound with more to read, or gave way to another loop's pass."""
 
     name = "activity"
 
@@ -229,74 +267,81 @@ class ActivityAggregator:
         return IDLE_SECONDS
 
     def step(self) -> bool:
+        start = _cursor_state()
+        now = db_now()
+        # Read outside the pass's transaction: each statement's locks on the history tables end
+        # with it, so `maintain` never waits for the writes below (see the module's docstring).
+        read = self._read(start[0], now)
         with transaction.atomic():
-            cursor = self._lock_cursor()
-            now = db_now()
-            tally = _Tally()
-            self._ended_pending(tally)
-            more = self._after_watermark(cursor, now, tally)
-            tally.apply()
-            cursor.updated_at = now
+            cursor = ActivityCursor.objects.select_for_update().get(id=1)
+            if (cursor.watermark, cursor.updated_at) != start:
+                return True  # another loop's pass went first: read again from where it stopped
+            # Parked before the watermark's save (same transaction): an open attempt passed by the
+            # watermark is counted when it ends, however the pass stopped.
+            if read.parked:
+                ActivityPending.objects.bulk_create([ActivityPending(attempt_id=i) for i in read.parked],
+                                                    ignore_conflicts=True)
+            if read.unparked:
+                ActivityPending.objects.filter(attempt_id__in=read.unparked).delete()
+            read.tally.apply()
+            changed = read.changes or read.watermark != cursor.watermark
+            cursor.watermark = read.watermark
             if cursor.pruned_at is None or now - cursor.pruned_at >= PRUNE_EVERY:
                 pruned = self._prune(now)
                 if pruned < PRUNE_BATCH:
                     cursor.pruned_at = now
-            cursor.save()
-        if tally.counted:
-            log.debug("activity: %d attempts counted, watermark %d", tally.counted, cursor.watermark)
-        return more
+                changed = True
+            # An idle pass writes nothing (SQLite has one writer); one that counted anything moves
+            # updated_at, which readers of the counts compare (dispatch.retry_cost).
+            if changed:
+                cursor.updated_at = now
+                cursor.save()
+        if read.tally.counted:
+            log.debug("activity: %d attempts counted, watermark %d", read.tally.counted, read.watermark)
+        return read.more
 
-    def _lock_cursor(self) -> ActivityCursor:
-        cursor = ActivityCursor.objects.select_for_update().filter(id=1).first()
-        if cursor is None:
-            # Two first passes at once: one insert wins, the other waits on it, then locks it.
-            ActivityCursor.objects.bulk_create([ActivityCursor(id=1, watermark=_initial_watermark())],
-                                               ignore_conflicts=True)
-            cursor = ActivityCursor.objects.select_for_update().get(id=1)
-        return cursor
+    def _read(self, watermark: int, now: datetime) -> _Read:
+        read = _Read(tally=_Tally(), watermark=watermark)
+        self._ended_pending(read)
+        self._after_watermark(read, now)
+        read.tally.settle()
+        return read
 
-    def _ended_pending(self, tally: _Tally) -> None:
+    def _ended_pending(self, read: _Read) -> None:
         ids = list(ActivityPending.objects.order_by("attempt_id").values_list("attempt_id", flat=True)
                    [:self.pending_batch])
         if not ids:
             return
         rows = {a["id"]: a for a in attempts_with_their_runs(Attempt.objects.filter(id__in=ids)).values(*FIELDS)}
-        done = []
         for attempt_id in ids:
             a = rows.get(attempt_id)
             if a is None:  # its run was removed meanwhile
-                done.append(attempt_id)
+                read.unparked.append(attempt_id)
             elif a["outcome"] is not None:
-                tally.add(a)
-                done.append(attempt_id)
-        if done:
-            ActivityPending.objects.filter(attempt_id__in=done).delete()
+                read.tally.add(a)
+                read.unparked.append(attempt_id)
 
-    def _after_watermark(self, cursor: ActivityCursor, now: datetime, tally: _Tally) -> bool:
+    def _after_watermark(self, read: _Read, now: datetime) -> None:
         # The batch's id range first, from the attempts' primary key alone: with the join in the
         # same statement, PostgreSQL joins everything after the watermark before it limits.
-        after = Attempt.objects.filter(id__gt=cursor.watermark)
+        after = Attempt.objects.filter(id__gt=read.watermark)
         bound = list(after.order_by("id").values_list("id", flat=True)[self.batch - 1:self.batch])
         window = after.filter(id__lte=bound[0]) if bound else after
         rows = list(attempts_with_their_runs(window).order_by("id").values(*FIELDS))
         settled_before = now - self.settle
-        parked, settled = [], True
+        settled = True
         for a in rows:
             if a["started_at"] >= settled_before:
                 settled = False  # the rest are too new to be sure nothing older is still to appear
                 break
             if a["outcome"] is None:
-                parked.append(ActivityPending(attempt_id=a["id"]))
+                read.parked.append(a["id"])
             else:
-                tally.add(a)
-            cursor.watermark = a["id"]
-        # Parked before the watermark's save (same transaction): an open attempt passed by the
-        # watermark is counted when it ends, however the pass stopped.
-        if parked:
-            ActivityPending.objects.bulk_create(parked, ignore_conflicts=True)
+                read.tally.add(a)
+            read.watermark = a["id"]
         if settled and bound:
-            cursor.watermark = bound[0]  # past the window even if its last attempts had no run
-        return settled and bool(bound)
+            read.watermark = bound[0]  # past the window even if its last attempts had no run
+        read.more = settled and bool(bound)
 
     def _prune(self, now: datetime) -> int:
         """Deletes up to PRUNE_BATCH of the oldest rows of each table; returns the most deleted

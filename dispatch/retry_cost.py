@@ -134,9 +134,6 @@ class RetryTally:
                 c.backoff_us += backoff
         return out
 
-    def apply(self) -> None:
-        activity_store.add_retry_cost_hours(self.increments())
-
 
 def _earlier_attempts(later: list[dict]) -> dict:
     """{run id: {generation: (outcome, finished_at)}} of the earlier attempts of these attempts'

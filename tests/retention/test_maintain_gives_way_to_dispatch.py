@@ -307,3 +307,42 @@ def test_an_incidents_pass_holds_nothing_maintenance_needs_while_it_evaluates(te
     assert hot.error is None, hot.error
     # And the pass went on to its end.
     assert IncidentCursor.objects.get(id=1).watermark == OutboxEvent.objects.order_by("-id").values_list("id", flat=True)[0]
+
+
+def test_an_activity_pass_holds_nothing_maintenance_needs_while_it_folds(tenant, target, monkeypatch):
+    # After the incidents loop's split, the soak's `maintain` gave way mostly to the activity loop:
+    # its pass read the attempts (and their runs) inside the transaction in which it then folded
+    # them into the portal's rows. Now those reads end before the pass's transaction begins.
+    from dispatch import activity, activity_store
+    from dispatch.models import ActivityCursor, ScheduleActivity
+
+    activity.ActivityAggregator(settle=timedelta(0)).step()  # the cursor, which starts at the attempts' end
+    s = make_schedule(tenant, target.url + "/folded")
+    make_due(s)
+    drain(scan_step)
+    (c,) = queue.claim("w-1", 10)
+    queue.complete([queue.Result(claimed=c, outcome="succeeded", http_status=200)])
+    hold = Hold()
+    real = activity_store.add_schedule_batches
+
+    def folding(batches):
+        if threading.current_thread() is hold.thread:
+            hold.stop()  # in the middle of the fold: the cursor locked, the summaries not yet written
+        return real(batches)
+
+    monkeypatch.setattr(activity_store, "add_schedule_batches", folding)
+    hot = Thread(lambda: activity.ActivityAggregator(settle=timedelta(0)).step())
+    hold.thread = hot
+    hot.start()
+    try:
+        assert hold.holding.wait(WAIT), hot.error
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("SET LOCAL lock_timeout = '2s'")
+            cur.execute(f"LOCK TABLE {', '.join(ORDER)} IN ACCESS EXCLUSIVE MODE")  # what a removal takes first
+    finally:
+        hold.go.set()
+        hot.join(WAIT)
+    assert hot.error is None, hot.error
+    # And the pass went on to its end.
+    assert ScheduleActivity.objects.get(schedule_id=s.id).succeeded == 1
+    assert ActivityCursor.objects.get(id=1).watermark >= c.attempt_id
