@@ -868,6 +868,8 @@ def main():
     ap.add_argument("--partition-seconds", type=int, default=None, help="default 60 (30 below 30 minutes)")
     ap.add_argument("--keep-partitions", type=int, default=4, help="finished runs kept this many partitions")
     ap.add_argument("--lease", type=int, default=10, help="SCHEDULER_LEASE_SECONDS")
+    ap.add_argument("--scanners", type=_at_least(1), default=1,
+                    help="`scan` processes; with N > 1, each `--shards N --shard I` (docs/scaling.md)")
     ap.add_argument("--readers", type=_at_least(0), default=None, help="portal reader loops; default 4 (1 with --ci)")
     ap.add_argument("--workers", default="256x200", help="CONCURRENCYxBATCH of each of the two workers")
     ap.add_argument("--noisy-rate", type=_at_least(0), default=None,
@@ -1013,7 +1015,7 @@ def run(plan: Plan, args) -> int:
         env_w2 = {**env, "DATABASE_URL": url_w2}
         web_port = free_port()
         procs = {
-            "scan": Proc("scan", ["scan"], {**env, "LOG_LEVEL": "INFO"}, log_path=logdir / "scan.log"),
+            **scanners(args.scanners, env, logdir),
             "work-w1": Proc("work", ["work", "--concurrency", concurrency, "--batch", batch, "--worker-id", "w1"], env,
                             log_path=logdir / "work-w1.log"),
             "work-w2": Proc("work", ["work", "--concurrency", concurrency, "--batch", batch, "--worker-id", "w2"],
@@ -1032,7 +1034,8 @@ def run(plan: Plan, args) -> int:
         _wait_answering(f"http://127.0.0.1:{web_port}/readyz", timeout=90)
         if not C.wait_until(lambda: len(retry_db(lambda: C.backend_pids("scheduler-work"))) >= 2, timeout=90):
             raise RuntimeError("the two workers did not connect within 90 s (see bench/out/soak/work-*.log)")
-        log("processes up: scan, work x2 (w2 in its namespace), reconcile, relay, maintain, gunicorn x2")
+        log(f"processes up: scan{f' x{args.scanners} (one per shard)' if args.scanners > 1 else ''}, work x2 (w2 in its "
+            "namespace), reconcile, relay, maintain, gunicorn x2")
 
         if plan.quiet_spike:
             # As far ahead as the scanner's look-ahead (SCHEDULER_LOOKAHEAD_SECONDS) reaches, so that it can
@@ -1149,7 +1152,7 @@ def run(plan: Plan, args) -> int:
             f = Fault(name, utcnow())
             outcome.faults.append(f)
             if name.startswith("kill -9"):
-                p = procs["scan" if "scanner" in name else "work-w1"]
+                p = procs["scan" if "scanner" in name else "work-w1"]  # with --scanners N, shard 0's
                 f.at = utcnow()
                 p.popen.send_signal(signal.SIGKILL)
                 p.popen.wait()
@@ -1266,6 +1269,18 @@ def run(plan: Plan, args) -> int:
 
 
 FIRING_SQL = "(name ~ '^(f|n)-' OR id = ANY(%s::uuid[]))"
+
+
+def scanners(n: int, env: dict, logdir) -> dict:
+    """The `scan` processes by name: "scan" alone, or shard I's as "scan" (I = 0) and "scan-I"."""
+    from tests.faults.harness import Proc
+
+    env = {**env, "LOG_LEVEL": "INFO"}
+    if n == 1:
+        return {"scan": Proc("scan", ["scan"], env, log_path=logdir / "scan.log")}
+    return {("scan" if i == 0 else f"scan-{i}"): Proc("scan", ["scan", "--shards", str(n), "--shard", str(i)], env,
+                                                      log_path=logdir / ("scan.log" if i == 0 else f"scan-{i}.log"))
+            for i in range(n)}
 
 
 def quiet_down(C, procs, api_ids, *, timeout: float, log) -> dict:
