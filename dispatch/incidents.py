@@ -204,11 +204,14 @@ def read_facts(watermark: int, now: datetime, *, batch: int = BATCH, probe: bool
             with by_key():
                 schedules = {row["id"]: row for row in Schedule.objects.filter(id__anyof=sids).order_by().values(
                     "id", "tenant_id", "owner_id", "name")}
-        tids = ({e[2] for e in events} | {r[2] for r in missed} | {row["tenant_id"] for row in schedules.values()}
-                | set(Incident.objects.filter(rule=IncidentRule.DLQ_GROWTH, schedule__isnull=True)
-                      .exclude(state=IncidentState.RESOLVED).values_list("tenant_id", flat=True)))
-        tenants = {row["id"]: row for row in Tenant.objects.filter(id__anyof=tids).values("id", "slug",
-                                                                                          "default_owner_id")}
+        tids = {e[2] for e in events} | {r[2] for r in missed} | {row["tenant_id"] for row in schedules.values()}
+        if events or probe:  # the dead-letter growth check's (check_dead_growth); an idle pass has none
+            tids |= set(Incident.objects.filter(rule=IncidentRule.DLQ_GROWTH, schedule__isnull=True)
+                        .exclude(state=IncidentState.RESOLVED).values_list("tenant_id", flat=True))
+        tenants = {}
+        if tids:
+            tenants = {row["id"]: row for row in Tenant.objects.filter(id__anyof=tids).values("id", "slug",
+                                                                                              "default_owner_id")}
     return Facts(events, runs, missed, schedules, tenants)
 
 
