@@ -111,15 +111,24 @@ class PortableStore(RequestedChanges, PortableHistory):
             qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard__in=wanted)
         return qs.order_by("next_run_at")
 
-    def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0)) -> list:
-        """Up to `batch` due schedules with their current version, locked; ones another scanner
-        holds are skipped. The schedule row lock serialises everyone who inserts occurrences for a
-        schedule (scanner, trigger, backfill, edits)."""
-        return list(
-            self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon)
-            .select_for_update(skip_locked=True, of=("self",))
-            .select_related("current")[:batch]
-        )
+    def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0),
+                          after: datetime | None = None, exclude=()) -> list:
+        """Up to `batch` due schedules with their current version, oldest first (only those due
+        after `after`, if given; none of `exclude`, ids this transaction holds already), locked;
+        ones another scanner holds are skipped. The schedule row lock serialises everyone who
+        inserts occurrences for a schedule (scanner, trigger, backfill, edits)."""
+        qs = self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon)
+        if after is not None:
+            qs = qs.filter(next_run_at__gt=after)
+        if exclude:
+            qs = qs.exclude(id__in=list(exclude))
+        return list(qs.select_for_update(skip_locked=True, of=("self",)).select_related("current")[:batch])
+
+    def schedule_oldest_due(self, now, *, shards=None, shard=None, horizon=timedelta(0)):
+        """The next_run_at of the oldest due schedule (locked or not), or None: one probe of
+        schedule_due_idx."""
+        return (self.schedule_due_query(now, shards=shards, shard=shard, horizon=horizon)
+                .values_list("next_run_at", flat=True).first())
 
     def schedule_first_due(self, *, after: datetime | None = None):
         """The earliest next_run_at of a live schedule (beyond `after`), or None."""
