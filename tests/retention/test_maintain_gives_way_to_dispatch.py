@@ -295,16 +295,7 @@ def test_an_incidents_pass_holds_nothing_maintenance_needs_while_it_evaluates(te
     monkeypatch.setattr(incidents, "apply_events", evaluating)
     hot = Thread(lambda: incidents.IncidentEvaluator().step(probe=True))
     hold.thread = hot
-    hot.start()
-    try:
-        assert hold.holding.wait(WAIT), hot.error
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SET LOCAL lock_timeout = '2s'")
-            cur.execute(f"LOCK TABLE {', '.join(ORDER)} IN ACCESS EXCLUSIVE MODE")  # what a removal takes first
-    finally:
-        hold.go.set()
-        hot.join(WAIT)
-    assert hot.error is None, hot.error
+    removal_locks_granted_while_held(hot, hold)
     # And the pass went on to its end.
     assert IncidentCursor.objects.get(id=1).watermark == OutboxEvent.objects.order_by("-id").values_list("id", flat=True)[0]
 
@@ -333,16 +324,22 @@ def test_an_activity_pass_holds_nothing_maintenance_needs_while_it_folds(tenant,
     monkeypatch.setattr(activity_store, "add_schedule_batches", folding)
     hot = Thread(lambda: activity.ActivityAggregator(settle=timedelta(0)).step())
     hold.thread = hot
+    removal_locks_granted_while_held(hot, hold)
+    # And the pass went on to its end.
+    assert ScheduleActivity.objects.get(schedule_id=s.id).succeeded == 1
+    assert ActivityCursor.objects.get(id=1).watermark >= c.attempt_id
+
+
+def removal_locks_granted_while_held(hot: Thread, hold: Hold) -> None:
+    """Starts `hot`; once it stops at `hold`, takes what a removal takes first (every table, under
+    a short lock timeout: it raises if any is held), then lets the hot path finish."""
     hot.start()
     try:
         assert hold.holding.wait(WAIT), hot.error
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute("SET LOCAL lock_timeout = '2s'")
-            cur.execute(f"LOCK TABLE {', '.join(ORDER)} IN ACCESS EXCLUSIVE MODE")  # what a removal takes first
+            cur.execute(f"LOCK TABLE {', '.join(ORDER)} IN ACCESS EXCLUSIVE MODE")
     finally:
         hold.go.set()
         hot.join(WAIT)
     assert hot.error is None, hot.error
-    # And the pass went on to its end.
-    assert ScheduleActivity.objects.get(schedule_id=s.id).succeeded == 1
-    assert ActivityCursor.objects.get(id=1).watermark >= c.attempt_id
