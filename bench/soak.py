@@ -90,6 +90,21 @@ QUIET_TENANTS = 8
 TARGET_PORTS = 3
 FLAKY_500_RATE = 0.5
 OBSERVE_SECONDS = 60.0  # the dispatch gap is looked for from a fault to this long after it
+# The steady window whose statements and CPU are printed: from this long after the steady load
+# begins (the first minute's instants are all armed by then) to the switchover.
+STATEMENTS_FROM = 30.0
+# The spike's window of CPU starts this long before its instant: the scanner's look-ahead
+# (SCHEDULER_LOOKAHEAD_SECONDS, 120 s by default) starts making it about then.
+SPIKE_LEAD = 130.0
+STATEMENTS_RESET_SQL = "SELECT pg_stat_statements_reset()"
+# Statements of this database by the name on their first line (`-- name: X`), else their text.
+STATEMENTS_SQL = r"""
+SELECT coalesce(substring(query from '-- name: (\w+)'), left(regexp_replace(query, '\s+', ' ', 'g'), 56)),
+       sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint, sum(wal_bytes)::bigint
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+GROUP BY 1 ORDER BY 3 DESC LIMIT 20
+"""
 WEB_GRACE_SECONDS = 5.0  # after a fault ends, answers must be good again this soon
 
 
@@ -736,11 +751,11 @@ class Sampler:
                 out[-pid] = (f"{label}: its ended children", reaped)
         return out, parents
 
-    def cpu_by_label(self, since: float) -> tuple[float, dict]:
-        """CPU seconds per label between the first sample at or after `since` and the last one;
-        a process first seen later counts from its first sample, one gone before the end up to
-        its last."""
-        samples = [(t, d, parents) for t, d, parents in self.cpu if t >= since]
+    def cpu_by_label(self, since: float, until: float = float("inf")) -> tuple[float, dict]:
+        """CPU seconds per label between the first sample at or after `since` and the last one at
+        or before `until`; a process first seen later counts from its first sample, one gone
+        before the end up to its last."""
+        samples = [(t, d, parents) for t, d, parents in self.cpu if since <= t <= until]
         if len(samples) < 2:
             return 0.0, {}
         first, last = {}, {}
@@ -761,17 +776,20 @@ class Sampler:
             for pid, (_, secs) in before.items():
                 parent = parents.get(pid)
                 if pid > 0 and pid not in after and parent in before:
-                    key = f"{before[parent][0]}: its ended children"
+                    # A parent that ended in the same interval (a killed primary's postmaster, whose
+                    # backends end after it) left it to init, which reaped it.
+                    reaper = parent if parent in after or 1 not in before else 1
+                    key = f"{before[reaper][0]}: its ended children"
                     seen_ended[key] = seen_ended.get(key, 0.0) + secs + before.get(-pid, (None, 0.0))[1]
         for key, secs in seen_ended.items():
             if key in out:
                 out[key] = max(0.0, out[key] - secs)
         return samples[-1][0] - samples[0][0], out
 
-    def machine_cores(self, since: float) -> tuple[float, float, float] | None:
+    def machine_cores(self, since: float, until: float = float("inf")) -> tuple[float, float, float] | None:
         """The machine's (busy, iowait, idle) cores, mean between the first sample at or after
-        `since` and the last."""
-        samples = [(t, m) for t, m in self.machine if t >= since]
+        `since` and the last at or before `until`."""
+        samples = [(t, m) for t, m in self.machine if since <= t <= until]
         if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
             return None
         span = (samples[-1][0] - samples[0][0]) * TICKS
@@ -810,6 +828,9 @@ class Outcome:
     audit: int = 0
     unfinished: int = 0
     details: list = field(default_factory=list)
+    # pg_stat_statements by statement name over the steady window: (name, calls, exec ms, rows, WAL bytes)
+    statements: list = field(default_factory=list)
+    statements_window: tuple = (0.0, 0.0)
 
 
 def spike_figures(C, vrange, at: datetime, timeout: float, log) -> dict:
@@ -1040,7 +1061,7 @@ def run(plan: Plan, args) -> int:
         if plan.quiet_spike:
             # As far ahead as the scanner's look-ahead (SCHEDULER_LOOKAHEAD_SECONDS) reaches, so that it can
             # make the spike before its instant as it would a real midnight.
-            at = _instant(C, lead=130)
+            at = _instant(C, lead=SPIKE_LEAD)
             arm_spike(C, "sq", at)
             log(f"quiet spike: {plan.spike:,} due at {at:%H:%M:%S} with nothing else due")
             outcome.quiet_spike = spike_figures(C, info["spikes"]["sq"], at, timeout=600, log=log)
@@ -1142,6 +1163,11 @@ def run(plan: Plan, args) -> int:
 
         spike_thread = threading.Thread(target=watch_spike, daemon=True)
         spike_thread.start()
+        wait_for(t0 + timedelta(seconds=STATEMENTS_FROM))
+        try:
+            C.sql(STATEMENTS_RESET_SQL)
+        except Exception as exc:  # pg_stat_statements not loaded: the table is left out
+            outcome.details.append(f"statements: {type(exc).__name__}: {exc}")
         for frac, name in timeline:
             wait_for(t0 + timedelta(seconds=frac * D))
             if name == "spike":
@@ -1159,6 +1185,11 @@ def run(plan: Plan, args) -> int:
                 p.start()
                 f.until = utcnow()
             elif name == "switchover":
+                try:
+                    outcome.statements = retry_db(lambda: C.sql(STATEMENTS_SQL), timeout=20)
+                    outcome.statements_window = (STATEMENTS_FROM, (utcnow() - t0).total_seconds())
+                except Exception as exc:
+                    outcome.details.append(f"statements: {type(exc).__name__}: {exc}")
                 waited = cluster.wait_synchronous(180, "synchronous replication before the switchover")
                 old = cluster.primary()
                 new = next(n for n in cluster.nodes if n is not old)
@@ -1377,6 +1408,46 @@ def wait_until(moment: datetime) -> None:
 # the table
 
 
+def print_cpu(sampler: Sampler, windows: list) -> None:
+    """CPU by process in each window (seconds from the start of the steady load), as cores."""
+    cols = []
+    for name, since, until in windows:
+        span, by_label = sampler.cpu_by_label(since, until)
+        if span > 0:
+            cols.append((name, since, span, by_label, sampler.machine_cores(since, until)))
+    if not cols:
+        return
+    print("\nCPU by process, in cores (PostgreSQL's by client application, then its own processes; a process's ended "
+          "children with their whole life's CPU when they end, less what was counted while they lived); windows: "
+          + "; ".join(f"{n} +{since:.0f}s for {span:.0f}s" for n, since, span, _, _ in cols))
+    print("  " + " " * 44 + "".join(f"{n:>15s}" for n, *_ in cols))
+    rows = [("the machine (/proc/stat): busy", [m[0] if m else None for *_, m in cols]),
+            ("  of it not listed below", [(m[0] - sum(d.values()) / sp) if m else None for _, _, sp, d, m in cols]),
+            ("  listed below in all", [sum(d.values()) / sp for _, _, sp, d, _ in cols])]
+    last = cols[-1][3]
+    labels = sorted({k for *_, d, _ in cols for k in d}, key=lambda k: -last.get(k, 0.0))
+    for label in labels:
+        vals = [d.get(label, 0.0) / sp for _, _, sp, d, _ in cols]
+        if max(vals) >= 0.005:
+            rows.append((label, vals))
+    for label, vals in rows[:30]:
+        print(f"  {label[:44]:44s}" + "".join(f"{v:15.2f}" if v is not None else f"{'n/a':>15s}" for v in vals))
+
+
+def print_statements(o: Outcome) -> None:
+    if not o.statements:
+        return
+    since, until = o.statements_window
+    span = max(until - since, 1e-9)
+    total = sum(r[2] for r in o.statements)
+    print(f"\nstatements on the primary in the steady window (+{since:.0f}s to +{until:.0f}s, pg_stat_statements, "
+          f"by the name in the statement's first line): {total / 1000 / span:.2f} s of execution a second in all")
+    print(f"  {'statement':56s} {'calls/s':>9s} {'ms/call':>9s} {'exec s/s':>9s} {'rows/call':>10s} {'WAL B/call':>11s}")
+    for name, calls, ms, rows, wal in o.statements[:20]:
+        print(f"  {name[:56]:56s} {calls / span:9.1f} {ms / max(calls, 1):9.3f} {ms / 1000 / span:9.3f} "
+              f"{rows / max(calls, 1):10.1f} {wal / max(calls, 1):11.0f}")
+
+
 def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, target: SoakTarget, t0, mid, end,
            counts, monitor_events, logdir: Path, log) -> int:
     import common as C
@@ -1489,21 +1560,13 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
         print(f"  {name:28s} {C.fmt(warm_v, '', 0):>6s} {top:6.0f} {lastv:6.0f}  {C.fmt(growth, '%', 1):>7s}"
               f"  {C.fmt(late, '%', 1):>7s}")
 
-    span, by_label = sampler.cpu_by_label(warm)
-    if span > 0:
-        total = sum(by_label.values())
-        print(f"\nCPU after warm-up (+{warm:.0f}s, {span:.0f}s): {total / span:.2f} of {os.cpu_count()} cores in all; "
-              "by process (PostgreSQL's by client application, then its own processes; a process's ended "
-              "children with their whole life's CPU, counted when they end, so the list can add up to more "
-              "than the machine was busy)")
-        machine = sampler.machine_cores(warm)
-        if machine:
-            print(f"  the machine (/proc/stat): busy {machine[0]:.2f} cores, waiting for I/O {machine[1]:.2f}, idle "
-                  f"{machine[2]:.2f}; busy but not listed below (the kernel, and processes that began and ended "
-                  f"between samples whose parent has not waited for them): {max(0.0, machine[0] - total / span):.2f} cores")
-        for label, secs in sorted(by_label.items(), key=lambda kv: -kv[1])[:24]:
-            if secs / span >= 0.005:
-                print(f"  {label:44s} {secs / span:5.2f} cores  {secs / total * 100:5.1f}%")
+    switch = next((f.at for f in o.faults if f.name == "switchover"), None)
+    windows = [("after warm-up", warm, float("inf"))]
+    if switch is not None:
+        windows.insert(0, ("steady", STATEMENTS_FROM, (switch - t0).total_seconds()))
+    windows.insert(len(windows) - 1, ("the spike", mid.timestamp() - T0 - SPIKE_LEAD, spike_end - T0))
+    print_cpu(sampler, windows)
+    print_statements(o)
 
     errors = log_errors(logdir)
     print("\nprocess logs (bench/out/soak/): " + (", ".join(f"{k}: {v}" for k, v in errors.items()) or "no Traceback or ERROR line"))
