@@ -497,6 +497,14 @@ def fair_share(limit: int, tenants: int) -> int:
     return 2 * -(-limit // max(1, tenants))
 
 
+def candidate_limits(tenants: list, per_tenant: int, room: dict | None = None) -> list[int]:
+    """Runs read per tenant for one claim, in the order of `tenants`: its share, or its room
+    (runs it may still be given) where that is less. A capped tenant at its cap reads none: its
+    backlog, however deep, is not locked by every claim only to be left."""
+    room = room or {}
+    return [max(0, min(per_tenant, room.get(t, per_tenant))) for t in tenants]
+
+
 def rotate(tenants: list, shift: int) -> list:
     """Tenants in a rotating order, so that no tenant is always served first."""
     if not tenants:

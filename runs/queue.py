@@ -296,13 +296,16 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
         budget_room = {k: host_caps[k] - leased_hosts.get(k, 0) for k in budgeted}
         # An exempt tenant (explicit cap) is held to no default target share.
         held = {k: n for k, n in holding.hosts.items() if k[0] not in tenant_caps}
-        candidates = store().run_due_candidates(
-            tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)),
-            without=decisions.full_targets(held, holding.host_cap, budgets=budget_room))
-        in_view = {row[1] for row in candidates}
-        # An explicit cap replaces the default share: counted across the fleet, as set.
-        room = {t: holding.tenant_room(t) for t in in_view}
+        # An explicit cap replaces the default share: counted across the fleet, as set. Known
+        # before the read, so a tenant at its cap is left out of it and the others share its part.
+        room = {t: holding.tenant_room(t) for t in tenants if t not in tenant_caps}
         room.update({t: tenant_caps[t] - leased.get(t, 0) for t in capped})
+        tenants = [t for t in tenants if room[t] > 0]
+        if not tenants:
+            return []
+        candidates = store().run_due_candidates(
+            tenants, now, per_tenant=decisions.fair_share(limit, len(tenants)), room=room,
+            without=decisions.full_targets(held, holding.host_cap, budgets=budget_room))
         ids = decisions.pick(
             candidates, limit,
             tenant_room=room,

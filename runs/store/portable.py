@@ -238,18 +238,22 @@ class PortableStore(RequestedChanges, PortableHistory):
             .order_by("tenant_id").values_list("tenant_id", flat=True).distinct()[:max_tenants]
         )
 
-    def run_due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
+    def run_due_candidates(self, tenants: list, now, *, per_tenant: int, room: dict | None = None,
+                           without: dict | None = None) -> list:
         """(run id, tenant id, target host) of up to `per_tenant` of each tenant's oldest due runs,
+        and no more than its `room` (tenant -> runs it may still be given) where that is less,
         locked (rows another worker holds are skipped), in the given tenant order, leaving out
         the runs of each tenant's targets in `without` (tenant -> hosts with no room): a backlog
         to a full target must not hide the tenant's other targets."""
         rows = []
-        for tenant in tenants:
+        for tenant, limit in zip(tenants, decisions.candidate_limits(tenants, per_tenant, room)):
+            if limit <= 0:
+                continue
             rows += list(
                 Run.objects.filter(state=RunState.READY, tenant_id=tenant, next_eligible_at__lte=now)
                 .exclude(target_host__in=(without or {}).get(tenant, ()))
                 .order_by("next_eligible_at", "id").select_for_update(skip_locked=True)
-                .values_list("id", "tenant_id", "target_host")[:per_tenant]
+                .values_list("id", "tenant_id", "target_host")[:limit]
             )
         return rows
 

@@ -26,7 +26,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.utils import timezone
 
-from runs.decisions import Claimed, Decided, completion_kind
+from runs.decisions import Claimed, Decided, candidate_limits, completion_kind
 from runs.partitions import LIVE_FLOOR_SQL
 from runs.store.history import PostgresHistory
 from runs.store.portable import PortableStore, _keep_recent_count
@@ -100,8 +100,10 @@ WITH RECURSIVE t(tenant_id) AS (
 SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s
 """
 
-# Step 2: up to %(per_tenant)s of each of these tenants' oldest due runs, locked, in the given
-# tenant order; rows another worker holds are skipped, not waited for.
+# Step 2: up to %(limits)s (one a tenant, in the order of %(tenants)s) of each of these tenants'
+# oldest due runs, locked, in the given tenant order; rows another worker holds are skipped, not
+# waited for. A tenant's limit is its room when that is less than a share: a capped tenant's backlog
+# is not locked by every claim only to be left.
 #
 # Written so that only run_ready_tenant_idx gives this order: with `tenant_id = x ... ORDER BY
 # next_eligible_at` the planner walked run_ready_idx and filtered by tenant, reading every entry of
@@ -117,7 +119,7 @@ SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT %(max_tenants)s
 # filter (it reads past that host's due runs); the array is empty for the others.
 CANDIDATES_SQL = """-- name: RunDueCandidates
 SELECT c.id, c.tenant_id, c.target_host
-FROM unnest(%(tenants)s::uuid[]) WITH ORDINALITY AS t(tenant_id, pos)
+FROM unnest(%(tenants)s::uuid[], %(limits)s::int[]) WITH ORDINALITY AS t(tenant_id, lim, pos)
 CROSS JOIN LATERAL (SELECT ARRAY(SELECT jsonb_array_elements_text(%(full)s::jsonb -> t.tenant_id::text)) AS hosts) f
 CROSS JOIN LATERAL (
     SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
@@ -125,7 +127,7 @@ CROSS JOIN LATERAL (
       AND r.next_eligible_at <= %(now)s AND r.scheduled_time >= %(floor)s::timestamptz
       AND r.target_host <> ALL(f.hosts)
     ORDER BY r.tenant_id, r.next_eligible_at
-    LIMIT %(per_tenant)s
+    LIMIT t.lim
     FOR UPDATE OF r SKIP LOCKED
 ) c
 ORDER BY t.pos
@@ -631,12 +633,14 @@ class PostgresStore(PostgresHistory, PortableStore):
             cur.execute(DUE_TENANTS_SQL, {"now": now, "max_tenants": max_tenants, "floor": floor})
             return [row[0] for row in cur.fetchall()]
 
-    def run_due_candidates(self, tenants: list, now, *, per_tenant: int, without: dict | None = None) -> list:
+    def run_due_candidates(self, tenants: list, now, *, per_tenant: int, room: dict | None = None,
+                           without: dict | None = None) -> list:
         full = json.dumps({str(t): list(hosts) for t, hosts in (without or {}).items()})
+        limits = candidate_limits(tenants, per_tenant, room)
         with _cursor() as cur:
             floor = _live_floor(cur)
             cur.execute(CANDIDATES_SQL,
-                        {"tenants": tenants, "now": now, "per_tenant": per_tenant, "floor": floor, "full": full})
+                        {"tenants": tenants, "limits": limits, "now": now, "floor": floor, "full": full})
             return cur.fetchall()
 
     def run_claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:

@@ -5,11 +5,13 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 
 from dispatch.loops import Scanner, drain, scan_step
 from dispatch.models import ShardLease
 from runs import queue
 from runs.models import Run
+from runs.store import store
 from scheduler_project.foundation.dbclock import db_now
 from schedules.models import Schedule, TargetPrefix
 from schedules.tenants import create_tenant
@@ -141,3 +143,37 @@ def test_a_notify_wakes_an_idle_worker_before_its_poll_interval(tenant, target):
     finally:
         stop.set()
         t.join(15)
+
+
+def test_the_candidates_read_takes_no_more_of_a_tenant_than_its_room(tenant, other_tenant, target):
+    # The store's contract, on both engines: a tenant's share, or its room where that is less;
+    # a tenant with no room reads nothing.
+    backlog(tenant, target.url, 1, 20)
+    backlog(other_tenant, target.url, 1, 20)
+    with transaction.atomic():
+        rows = store().run_due_candidates([tenant.id, other_tenant.id], db_now(), per_tenant=10,
+                                          room={tenant.id: 0, other_tenant.id: 3})
+    assert [r[1] for r in rows] == [other_tenant.id] * 3
+    with transaction.atomic():
+        rows = store().run_due_candidates([tenant.id, other_tenant.id], db_now(), per_tenant=4, room={tenant.id: 9})
+    assert sorted(str(r[1]) for r in rows) == sorted([str(tenant.id)] * 4 + [str(other_tenant.id)] * 4)
+
+
+@pytest.mark.postgresql_only("a row lock leaves its locker in the row's xmax after commit")
+def test_claims_do_not_lock_the_backlog_of_a_tenant_at_its_cap(tenant, other_tenant, target):
+    # A noisy tenant with a cap of 2 and a deep backlog: each claim used to lock a share of its
+    # oldest runs (the candidates read, FOR UPDATE) only to leave them, a write to every row read,
+    # on every claim, for as long as the backlog lasted. At its cap it is now left out of the read,
+    # and below it only its room is read.
+    type(tenant).objects.filter(id=tenant.id).update(max_in_flight=2)
+    backlog(tenant, target.url, 2, 30)
+    backlog(other_tenant, target.url, 1, 30)
+    first = queue.claim("w1", 10)
+    second = queue.claim("w2", 10)
+    assert sum(1 for c in first + second if c.tenant_id == tenant.id) == 2
+    assert sum(1 for c in first + second if c.tenant_id == other_tenant.id) == 18
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM runs_run WHERE tenant_id = %s AND state = 'ready' AND xmax <> '0'",
+                    [tenant.id])
+        assert cur.fetchone()[0] == 0
+    assert Run.objects.filter(tenant=tenant, state="ready").count() == 58
