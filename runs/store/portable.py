@@ -79,6 +79,10 @@ def _keep_recent_count(key: str, taken_at: datetime, counts: dict) -> None:
             update_conflicts=True, unique_fields=["key"], update_fields=["taken_at", "counts"])
 
 
+# The distinct misfire graces read in one pass (each one range of the missed runs' read).
+GRACE_VALUES = 1000
+
+
 class PortableStore(RequestedChanges, PortableHistory):
     # --- new rows of any model, in bulk (schedule creation) ---------------------------------------
 
@@ -485,7 +489,10 @@ class PortableStore(RequestedChanges, PortableHistory):
         is one range per distinct grace value (there are few): interval arithmetic on a column is
         not portable."""
         unclaimed = self._run_unclaimed(now)
-        graces = set(unclaimed.values_list("version__misfire_grace_seconds", flat=True).distinct()[:1000])
+        # Without the model's ordering: DISTINCT would take its columns in and give a row per run
+        # (the newest GRACE_VALUES runs, sorted, and a grace seen only among older runs missed).
+        graces = set(unclaimed.order_by().values_list("version__misfire_grace_seconds", flat=True)
+                     .distinct()[:GRACE_VALUES])
         missed = Q()
         for g in graces:
             missed |= Q(version__misfire_grace_seconds=g, next_eligible_at__lt=now - timedelta(seconds=g))

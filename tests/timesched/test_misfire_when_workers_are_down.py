@@ -113,3 +113,25 @@ def test_a_run_waiting_to_retry_is_not_a_misfire(tenant, target):
                                            next_eligible_at=db_now() - timedelta(hours=1))
     skip_unclaimed_misfires()
     assert Run.objects.get(id=first.id).state == "ready"
+
+
+def test_a_grace_seen_only_among_older_runs_is_not_missed(tenant, target, monkeypatch):
+    # The distinct graces of the unclaimed runs were read with the runs' default ordering, so
+    # DISTINCT gave a row per run, newest first, cut at GRACE_VALUES: a schedule whose grace
+    # appeared only among older runs was never looked at, and its missed runs stayed ready.
+    from runs.store import portable
+
+    monkeypatch.setattr(portable, "GRACE_VALUES", 2)
+    newer = materialised_on_time(tenant, target.url + "/newer", misfire_policy="skip")  # grace 60 s
+    older = every_15_minutes_after_outage(tenant, target.url + "/older", misfire_policy="skip",
+                                          misfire_grace_seconds=120)
+    now = db_now()
+    occs = rule_for(older.current, older.anchor_at).between(older.next_run_at, now - timedelta(hours=2), 100)
+    insert_runs([build_run(older, older.current, o, state=RunState.READY, reason="", eligible_at=o.at,
+                           kind=RunKind.SCHEDULED, now=now) for o in occs])
+    assert len(occs) >= 4
+
+    skip_unclaimed_misfires()
+
+    assert [r[1] for r in states(older)] == ["skipped"] * len(occs)
+    assert [r[1] for r in states(newer)] == ["skipped"] * 13
