@@ -902,6 +902,10 @@ def main():
     ap.add_argument("--lease", type=int, default=10, help="SCHEDULER_LEASE_SECONDS")
     ap.add_argument("--scanners", type=_at_least(1), default=1,
                     help="`scan` processes; with N > 1, each `--shards N --shard I` (docs/scaling.md)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="run every process of ours but the scanner(s) at this nice value (Linux's CPU weight), to "
+                         "see what the spike gets from a scanner with a larger share of a saturated host; "
+                         "PostgreSQL's processes keep theirs")
     ap.add_argument("--readers", type=_at_least(0), default=None, help="portal reader loops; default 4 (1 with --ci)")
     ap.add_argument("--workers", default="256x200", help="CONCURRENCYxBATCH of each of the two workers")
     ap.add_argument("--noisy-rate", type=_at_least(0), default=None,
@@ -1031,7 +1035,9 @@ def run(plan: Plan, args) -> int:
         print(C.machine_line(pg_version=_pg_version(cluster)), flush=True)
         print(f"plan: {plan.minutes:g} min, {plan.schedules:,} schedules, {plan.rate} runs/s steady, spike "
               f"{plan.spike:,}{' (and first on the quiet system)' if plan.quiet_spike else ''}, partitions of "
-              f"{plan.partition_seconds}s kept {plan.keep_partitions} ({retention}s), lease {plan.lease}s", flush=True)
+              f"{plan.partition_seconds}s kept {plan.keep_partitions} ({retention}s), lease {plan.lease}s, "
+              f"{args.scanners} scanner(s)" + (f", every process of ours but the scanner at nice {args.nice}"
+                                               if args.nice else ""), flush=True)
 
         target = SoakTarget(net.harness_addr, plan.slow, args.seed)
         info = load(C, plan, target, log)
@@ -1059,6 +1065,10 @@ def run(plan: Plan, args) -> int:
                 sys.executable, "-m", "gunicorn", "scheduler_project.wsgi", "-b", f"127.0.0.1:{web_port}",
                 "-w", "2", "--timeout", "60", "--graceful-timeout", "5"]),
         }
+        if args.nice:
+            for name, p in procs.items():
+                if p.kind != "scan":
+                    p.prefix = ["nice", "-n", str(args.nice), *p.prefix]
         for p in procs.values():
             p.start()
         from tests.faults.failover import _wait_answering
