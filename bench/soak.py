@@ -97,13 +97,15 @@ STATEMENTS_FROM = 30.0
 # (SCHEDULER_LOOKAHEAD_SECONDS, 120 s by default) starts making it about then.
 SPIKE_LEAD = 130.0
 STATEMENTS_RESET_SQL = "SELECT pg_stat_statements_reset()"
+# Planning counted too: a statement over partitioned tables is planned at each call.
+STATEMENTS_PLANNING_SQL = ("ALTER SYSTEM SET pg_stat_statements.track_planning = on", "SELECT pg_reload_conf()")
 # Statements of this database by the name on their first line (`-- name: X`), else their text.
 STATEMENTS_SQL = r"""
 SELECT coalesce(substring(query from '-- name: (\w+)'), left(regexp_replace(query, '\s+', ' ', 'g'), 56)),
-       sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint, sum(wal_bytes)::bigint
+       sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint, sum(wal_bytes)::bigint, sum(total_plan_time)
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-GROUP BY 1 ORDER BY 3 DESC LIMIT 20
+GROUP BY 1 ORDER BY sum(total_exec_time) + sum(total_plan_time) DESC LIMIT 20
 """
 WEB_GRACE_SECONDS = 5.0  # after a fault ends, answers must be good again this soon
 
@@ -1184,6 +1186,11 @@ def run(plan: Plan, args) -> int:
 
         spike_thread = threading.Thread(target=watch_spike, daemon=True)
         spike_thread.start()
+        try:
+            for q in STATEMENTS_PLANNING_SQL:
+                C.sql(q)
+        except Exception as exc:
+            outcome.details.append(f"statements' planning: {type(exc).__name__}: {exc}")
         wait_for(t0 + timedelta(seconds=STATEMENTS_FROM))
         try:
             C.sql(STATEMENTS_RESET_SQL)
@@ -1463,10 +1470,12 @@ def print_statements(o: Outcome) -> None:
     total = sum(r[2] for r in o.statements)
     print(f"\nstatements on the primary in the steady window (+{since:.0f}s to +{until:.0f}s, pg_stat_statements, "
           f"by the name in the statement's first line): {total / 1000 / span:.2f} s of execution a second in all")
-    print(f"  {'statement':56s} {'calls/s':>9s} {'ms/call':>9s} {'exec s/s':>9s} {'rows/call':>10s} {'WAL B/call':>11s}")
-    for name, calls, ms, rows, wal in o.statements[:20]:
+    print(f"  {'statement':56s} {'calls/s':>9s} {'ms/call':>9s} {'exec s/s':>9s} {'plan s/s':>9s} {'rows/call':>10s} "
+          f"{'WAL B/call':>11s}")
+    for name, calls, ms, rows, wal, plan in o.statements[:20]:
         print(f"  {name[:56]:56s} {calls / span:9.1f} {ms / max(calls, 1):9.3f} {ms / 1000 / span:9.3f} "
-              f"{rows / max(calls, 1):10.1f} {wal / max(calls, 1):11.0f}")
+              f"{(plan or 0) / 1000 / span:9.3f} {rows / max(calls, 1):10.1f} {wal / max(calls, 1):11.0f}")
+    print(f"  planning in all: {sum(r[5] or 0 for r in o.statements) / 1000 / span:.3f} s a second (these statements)")
 
 
 def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, target: SoakTarget, t0, mid, end,
