@@ -75,15 +75,21 @@ def test_runs_made_ahead_of_their_time_are_neither_claimed_nor_in_the_way(tenant
     assert Run.objects.filter(tenant=tenant, state="ready").count() == 20
 
 
+def claims_beside_a_capped_backlog(tenant, other_tenant, url, *, cap: int, batch: int) -> dict:
+    """`tenant` capped at `cap` with 60 due runs, `other_tenant` with 30, two workers' claims of
+    `batch`: how many each tenant got."""
+    type(tenant).objects.filter(id=tenant.id).update(max_in_flight=cap)
+    backlog(tenant, url, 2, 30)
+    backlog(other_tenant, url, 1, 30)
+    got = queue.claim("w1", batch) + queue.claim("w2", batch)
+    return {t.id: sum(1 for c in got if c.tenant_id == t.id) for t in (tenant, other_tenant)}
+
+
 def test_a_tenants_in_flight_cap_holds_across_claims_and_the_rest_stays_ready(tenant, other_tenant, target):
-    type(tenant).objects.filter(id=tenant.id).update(max_in_flight=7)
-    backlog(tenant, target.url, 2, 30)
-    backlog(other_tenant, target.url, 1, 30)
-    first = queue.claim("w1", 100)
-    second = queue.claim("w2", 100)
+    got = claims_beside_a_capped_backlog(tenant, other_tenant, target.url, cap=7, batch=100)
     leased = Run.objects.filter(state="leased", tenant=tenant).count()
     assert leased == 7
-    assert sum(1 for c in first + second if c.tenant_id == tenant.id) == 7
+    assert got[tenant.id] == 7
     assert Run.objects.filter(state="leased", tenant=other_tenant).count() == 30
     assert Run.objects.filter(state="ready", tenant=tenant).count() == 60 - 7
 
@@ -165,13 +171,8 @@ def test_claims_do_not_lock_the_backlog_of_a_tenant_at_its_cap(tenant, other_ten
     # oldest runs (the candidates read, FOR UPDATE) only to leave them, a write to every row read,
     # on every claim, for as long as the backlog lasted. At its cap it is now left out of the read,
     # and below it only its room is read.
-    type(tenant).objects.filter(id=tenant.id).update(max_in_flight=2)
-    backlog(tenant, target.url, 2, 30)
-    backlog(other_tenant, target.url, 1, 30)
-    first = queue.claim("w1", 10)
-    second = queue.claim("w2", 10)
-    assert sum(1 for c in first + second if c.tenant_id == tenant.id) == 2
-    assert sum(1 for c in first + second if c.tenant_id == other_tenant.id) == 18
+    got = claims_beside_a_capped_backlog(tenant, other_tenant, target.url, cap=2, batch=10)
+    assert got == {tenant.id: 2, other_tenant.id: 18}
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM runs_run WHERE tenant_id = %s AND state = 'ready' AND xmax <> '0'",
                     [tenant.id])
