@@ -131,12 +131,13 @@ def _matched(a: str, b: str) -> str:
 
 
 # The deltas' keys only: their summary rows are taken out and put back with the deltas added (a
-# key at zero is left out). The summary's other rows are not written: a fold costs what changed
+# key at zero is left out; a key whose deltas cancel out, a schedule paused and resumed, is not
+# touched). The summary's other rows are not written: a fold costs what changed
 # and one read of the summary, where rewriting the whole of it cost a write (and its WAL) of every
 # row, and a fleet of rate() schedules with their own anchors keeps about a row per schedule.
 _FOLD_POSTGRES = f"""-- name: ForecastFold
 WITH d AS (DELETE FROM dispatch_forecastdelta RETURNING {COLS}, n),
-     s AS (SELECT {COLS}, sum(n) AS n FROM d GROUP BY {COLS}),
+     s AS (SELECT {COLS}, sum(n) AS n FROM d GROUP BY {COLS} HAVING sum(n) <> 0),
      g AS (DELETE FROM dispatch_forecastgroup f USING s WHERE {_matched("f", "s")}
            RETURNING {", ".join(f"f.{c.strip()}" for c in COLS.split(","))}, f.n)
 INSERT INTO dispatch_forecastgroup ({COLS}, n)
