@@ -133,6 +133,23 @@ CROSS JOIN LATERAL (
 ORDER BY t.pos
 """
 
+# Caps and budgets in play, counted across the fleet before the candidates read: leased runs per
+# tenant, and per (tenant, target host). Every leased run is at or above the live floor, so each
+# plans only the live partitions (an ORM count with no floor planned every partition of runs_run
+# at every claim, several times the count's own work). run_leased_idx holds only leased runs.
+LEASED_PER_TENANT_SQL = """-- name: RunLeasedPerTenant
+SELECT tenant_id, count(*) FROM runs_run
+WHERE state = 'leased' AND tenant_id = ANY(%(tenants)s::uuid[]) AND scheduled_time >= %(floor)s::timestamptz
+GROUP BY tenant_id
+"""
+
+LEASED_PER_HOST_SQL = """-- name: RunLeasedPerHost
+SELECT tenant_id, target_host, count(*) FROM runs_run
+WHERE state = 'leased' AND tenant_id = ANY(%(tenants)s::uuid[]) AND target_host = ANY(%(hosts)s::text[])
+  AND scheduled_time >= %(floor)s::timestamptz
+GROUP BY tenant_id, target_host
+"""
+
 # Claim: lease the picked runs (%(ids)s), open their attempts and write their events, in one
 # statement, and return each claimed run with its version's call and retry policy. The scheduled
 # time comes back as text in exactly the form runs.decisions.iso writes (UTC, "Z", microseconds
@@ -642,6 +659,19 @@ class PostgresStore(PostgresHistory, PortableStore):
             cur.execute(CANDIDATES_SQL,
                         {"tenants": tenants, "limits": limits, "now": now, "floor": floor, "full": full})
             return cur.fetchall()
+
+    def run_leased_per_tenant(self, tenant_ids) -> dict:
+        with _cursor() as cur:
+            floor = _live_floor(cur)
+            cur.execute(LEASED_PER_TENANT_SQL, {"tenants": list(tenant_ids), "floor": floor})
+            return dict(cur.fetchall())
+
+    def run_leased_per_host(self, keys) -> dict:
+        with _cursor() as cur:
+            floor = _live_floor(cur)
+            cur.execute(LEASED_PER_HOST_SQL, {"tenants": list({k[0] for k in keys}),
+                                              "hosts": list({k[1] for k in keys}), "floor": floor})
+            return {(t, h): n for t, h, n in cur.fetchall()}
 
     def run_claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
         with _cursor() as cur:

@@ -178,3 +178,14 @@ def test_claims_do_not_lock_the_backlog_of_a_tenant_at_its_cap(tenant, other_ten
                     [tenant.id])
         assert cur.fetchone()[0] == 0
     assert Run.objects.filter(tenant=tenant, state="ready").count() == 58
+
+
+def test_the_leased_counts_a_claim_reads_are_the_runs_leased(tenant, other_tenant, target):
+    # The store's contract for the counts caps and budgets are held to (on PostgreSQL a statement
+    # of its own, planned over the live partitions only).
+    got = claims_beside_a_capped_backlog(tenant, other_tenant, target.url, cap=3, batch=10)
+    assert store().run_leased_per_tenant([tenant.id, other_tenant.id]) == {tenant.id: 3, other_tenant.id: got[other_tenant.id]}
+    host = Run.objects.filter(tenant=tenant).values_list("target_host", flat=True).first()
+    per_host = store().run_leased_per_host({(tenant.id, host), (other_tenant.id, "elsewhere:1")})
+    assert per_host[(tenant.id, host)] == 3 and per_host.get((other_tenant.id, "elsewhere:1"), 0) == 0
+    assert store().run_leased_per_tenant([]) == {}
