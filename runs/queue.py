@@ -291,8 +291,20 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
         # candidates, so that a full target's backlog is left out of the read.
         capped = [t for t in tenants if t in tenant_caps]
         budgeted = {k for k in host_caps if k[0] in set(tenants)}
+        # A cap counts across the fleet: two workers that both read the same count before either
+        # committed would both fill the room. Each claim holds its capped tenants and budgeted
+        # hosts until it commits (never waiting: one another claim holds is given nothing here,
+        # that claim serves it), so the counts below include every lease but this claim's own.
+        if capped or budgeted:
+            free = store().run_cap_locks(capped, budgeted)
+            capped_out = [t for t in capped if t not in free]
+            budgeted_out = {k for k in budgeted if k not in free}
+        else:
+            capped_out, budgeted_out = [], set()
         leased = store().run_leased_per_tenant(capped) if capped else {}
+        leased.update({t: tenant_caps[t] for t in capped_out})
         leased_hosts = store().run_leased_per_host(budgeted) if budgeted else {}
+        leased_hosts.update({k: host_caps[k] for k in budgeted_out})
         budget_room = {k: host_caps[k] - leased_hosts.get(k, 0) for k in budgeted}
         # An exempt tenant (explicit cap) is held to no default target share.
         held = {k: n for k, n in holding.hosts.items() if k[0] not in tenant_caps}

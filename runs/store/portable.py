@@ -261,6 +261,12 @@ class PortableStore(RequestedChanges, PortableHistory):
             )
         return rows
 
+    def run_cap_locks(self, tenant_ids, host_keys) -> set:
+        """Of the capped tenants and budgeted (tenant, host) pairs, those this claim may count and
+        lease for until it commits. SQLite has one writer at a time: the claim that writes first
+        commits before another's write begins, so every one is this claim's."""
+        return set(tenant_ids) | set(host_keys)
+
     def run_leased_per_tenant(self, tenant_ids) -> dict:
         return dict(
             Run.objects.filter(state=RunState.LEASED, tenant_id__in=tenant_ids)

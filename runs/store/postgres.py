@@ -137,6 +137,16 @@ ORDER BY t.pos
 # tenant, and per (tenant, target host). Every leased run is at or above the live floor, so each
 # plans only the live partitions (an ORM count with no floor planned every partition of runs_run
 # at every claim, several times the count's own work). run_leased_idx holds only leased runs.
+# Claims with caps in play: the capped tenants and budgeted (tenant, host) pairs this claim holds
+# until it commits, by transaction-level advisory lock, never waited for (a key another claim holds
+# is left out of this one). Keys are the tenant id, or "tenant host"; a collision of their hashes
+# only leaves a key out of one claim.
+CAP_LOCKS_SQL = """-- name: RunCapLocks
+SELECT k FROM unnest(%(keys)s::text[]) AS k WHERE pg_try_advisory_xact_lock(%(space)s, hashtext(k))
+"""
+# The advisory lock space of those keys (the two-integer form; "CAPS").
+CAP_LOCK_SPACE = 0x43415053
+
 LEASED_PER_TENANT_SQL = """-- name: RunLeasedPerTenant
 SELECT tenant_id, count(*) FROM runs_run
 WHERE state = 'leased' AND tenant_id = ANY(%(tenants)s::uuid[]) AND scheduled_time >= %(floor)s::timestamptz
@@ -659,6 +669,13 @@ class PostgresStore(PostgresHistory, PortableStore):
             cur.execute(CANDIDATES_SQL,
                         {"tenants": tenants, "limits": limits, "now": now, "floor": floor, "full": full})
             return cur.fetchall()
+
+    def run_cap_locks(self, tenant_ids, host_keys) -> set:
+        keys = {str(t): t for t in tenant_ids} | {f"{t} {h}": (t, h) for t, h in host_keys}
+        # Sorted, so two claims over the same keys try them in the same order.
+        with _cursor() as cur:
+            cur.execute(CAP_LOCKS_SQL, {"keys": sorted(keys), "space": CAP_LOCK_SPACE})
+            return {keys[row[0]] for row in cur.fetchall()}
 
     def run_leased_per_tenant(self, tenant_ids) -> dict:
         with _cursor() as cur:

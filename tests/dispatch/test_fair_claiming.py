@@ -5,7 +5,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from dispatch.loops import Scanner, drain, scan_step
 from dispatch.models import ShardLease
@@ -189,3 +189,36 @@ def test_the_leased_counts_a_claim_reads_are_the_runs_leased(tenant, other_tenan
     per_host = store().run_leased_per_host({(tenant.id, host), (other_tenant.id, "elsewhere:1")})
     assert per_host[(tenant.id, host)] == 3 and per_host.get((other_tenant.id, "elsewhere:1"), 0) == 0
     assert store().run_leased_per_tenant([]) == {}
+
+
+def test_two_workers_claiming_at_once_hold_a_tenants_cap_between_them(tenant, other_tenant, target):
+    # The cap counts across the fleet. Two claims that both read the leased count before either
+    # committed both filled the room: 4 leased against a cap of 2 in every round, before each
+    # claim held its capped tenants until it commits.
+    type(tenant).objects.filter(id=tenant.id).update(max_in_flight=2)
+    backlog(tenant, target.url, 2, 30)
+    backlog(other_tenant, target.url, 1, 30)
+    TargetPrefix.objects.filter(tenant=other_tenant).update(max_concurrency=5)
+    for _ in range(3):
+        barrier, got, errors = threading.Barrier(2), [], []
+
+        def worker(name):
+            try:
+                barrier.wait(10)
+                got.extend(queue.claim(name, 10))
+            except Exception as exc:  # reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert errors == []
+        assert Run.objects.filter(tenant=tenant, state="leased").count() == 2
+        # The target budget of the other tenant is held the same way.
+        assert Run.objects.filter(tenant=other_tenant, state="leased").count() == 5
+        Run.objects.filter(state="leased").update(state="ready", lease_until=None, lease_owner="",
+                                                  next_eligible_at=db_now() - timedelta(seconds=1))
