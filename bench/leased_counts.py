@@ -68,13 +68,14 @@ def main():
     count = C.sql("SELECT count(*) FROM pg_inherits WHERE inhparent = 'runs_run'::regclass")[0][0]
     ids = [t.id for t in tenants]
     with connection.cursor() as cur:
-        floor = pg._live_floor(cur)
+        bounds = pg._live_bounds(cur)
+    floor = bounds["floor"]
     orm = Run.objects.filter(state=RunState.LEASED, tenant_id__in=ids).values_list("tenant_id")
     from django.db.models import Count
 
     orm_sql, orm_params = orm.annotate(n=Count("id")).values_list("tenant_id", "n").query.sql_with_params()
     store_sql = pg.LEASED_PER_TENANT_SQL
-    store_params = {"tenants": ids, "floor": floor}
+    store_params = {"tenants": ids, **bounds}
     print(C.machine_line(C.server_version()))
     print(f"runs_run partitions: {count} ({args.partition_seconds} s wide, {args.ahead} s ahead, {args.behind} s behind; live floor {floor}); "
           f"200 leased runs of 10 tenants; load average " + "/".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -1577,6 +1577,8 @@ def report(plan, o: Outcome, ledger: Ledger, sampler: Sampler, web: WebLoad, tar
     print(f"\nRSS (MiB) per process: after warm-up (+{warm:.0f}s), largest, last; growth after warm-up (goal <= 10%); "
           "growth over the last third of the run (a rise that stopped, or one still going)")
     names = sorted({k for _, d in sampler.rss for k in d})
+    # The series whole, for reading a rise against the run's events (bench/out/soak/rss.json).
+    (ROOT / "bench" / "out" / "soak" / "rss.json").write_text(json.dumps(sampler.rss))
     third = (sampler.rss[-1][0] * 2 / 3) if sampler.rss else 0.0
     for name in names:
         series = [(tt, d[name]) for tt, d in sampler.rss if name in d]

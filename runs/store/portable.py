@@ -236,9 +236,10 @@ class PortableStore(RequestedChanges, PortableHistory):
     # --- runs: claiming ---------------------------------------------------------------------------
 
     def run_due_tenants(self, now, *, max_tenants: int) -> list:
-        """Tenants with runs due now, in tenant order."""
+        """Tenants with runs due now, in tenant order. A run is due once it is eligible and its
+        scheduled time has come (a run is never started before its instant)."""
         return list(
-            Run.objects.filter(state=RunState.READY, next_eligible_at__lte=now)
+            Run.objects.filter(state=RunState.READY, next_eligible_at__lte=now, scheduled_time__lte=now)
             .order_by("tenant_id").values_list("tenant_id", flat=True).distinct()[:max_tenants]
         )
 
@@ -254,7 +255,8 @@ class PortableStore(RequestedChanges, PortableHistory):
             if limit <= 0:
                 continue
             rows += list(
-                Run.objects.filter(state=RunState.READY, tenant_id=tenant, next_eligible_at__lte=now)
+                Run.objects.filter(state=RunState.READY, tenant_id=tenant, next_eligible_at__lte=now,
+                                   scheduled_time__lte=now)
                 .exclude(target_host__in=(without or {}).get(tenant, ()))
                 .order_by("next_eligible_at", "id").select_for_update(skip_locked=True)
                 .values_list("id", "tenant_id", "target_host")[:limit]

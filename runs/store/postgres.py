@@ -71,6 +71,16 @@ class _Unprepared:
 # prunes with it. With no floor known (the catalog is empty or the kept partition is live) the
 # value is '-infinity', which prunes nothing and costs a comparison per row read.
 #
+# The ceiling, %(now)s or %(ceiling)s (the database's clock, read with the floor): the partitions
+# made ahead of now hold only runs that are not due yet, and the claim's statements leave them
+# out the same way. A ready run's scheduled time is never after its next_eligible_at (the scanner
+# makes it eligible at its instant or a spread offset later, a retry or an unbuffering after it
+# was due, a manual run or a backfill now), so a run due as of a time was scheduled at or before
+# it; and a leased run was due when it was claimed. `next_eligible_at <= statement_timestamp()`
+# could not prune while planning: PostgreSQL plans every partition for a stable function's value
+# and leaves them out only when the plan starts, after it has paid for planning them. Were a run
+# ever eligible before its scheduled time, it would only wait for that time, never be lost.
+#
 # The published time of an outbox event, written by every statement below that writes events
 # (RunClaim, RunClaimDue, RunComplete, RunMaterialise, OutboxInsertEvents) as
 #     (SELECT CASE WHEN tn.notification_url = '' THEN <now> END FROM schedules_tenant tn WHERE tn.id = <tenant>)
@@ -88,12 +98,13 @@ class _Unprepared:
 DUE_TENANTS_SQL = """-- name: RunDueTenants
 WITH RECURSIVE t(tenant_id) AS (
     (SELECT tenant_id FROM runs_run
-     WHERE state = 'ready' AND next_eligible_at <= %(now)s AND scheduled_time >= %(floor)s::timestamptz
+     WHERE state = 'ready' AND next_eligible_at <= %(now)s
+       AND scheduled_time >= %(floor)s::timestamptz AND scheduled_time <= %(now)s::timestamptz
      ORDER BY tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT r.tenant_id FROM runs_run r
             WHERE r.state = 'ready' AND r.next_eligible_at <= %(now)s AND r.tenant_id > t.tenant_id
-              AND r.scheduled_time >= %(floor)s::timestamptz
+              AND r.scheduled_time >= %(floor)s::timestamptz AND r.scheduled_time <= %(now)s::timestamptz
             ORDER BY r.tenant_id LIMIT 1)
     FROM t WHERE t.tenant_id IS NOT NULL
 )
@@ -124,7 +135,8 @@ CROSS JOIN LATERAL (SELECT ARRAY(SELECT jsonb_array_elements_text(%(full)s::json
 CROSS JOIN LATERAL (
     SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
     WHERE r.state = 'ready' AND r.tenant_id >= t.tenant_id AND r.tenant_id <= t.tenant_id
-      AND r.next_eligible_at <= %(now)s AND r.scheduled_time >= %(floor)s::timestamptz
+      AND r.next_eligible_at <= %(now)s
+      AND r.scheduled_time >= %(floor)s::timestamptz AND r.scheduled_time <= %(now)s::timestamptz
       AND r.target_host <> ALL(f.hosts)
     ORDER BY r.tenant_id, r.next_eligible_at
     LIMIT t.lim
@@ -149,14 +161,15 @@ CAP_LOCK_SPACE = 0x43415053
 
 LEASED_PER_TENANT_SQL = """-- name: RunLeasedPerTenant
 SELECT tenant_id, count(*) FROM runs_run
-WHERE state = 'leased' AND tenant_id = ANY(%(tenants)s::uuid[]) AND scheduled_time >= %(floor)s::timestamptz
+WHERE state = 'leased' AND tenant_id = ANY(%(tenants)s::uuid[])
+  AND scheduled_time >= %(floor)s::timestamptz AND scheduled_time <= %(ceiling)s::timestamptz
 GROUP BY tenant_id
 """
 
 LEASED_PER_HOST_SQL = """-- name: RunLeasedPerHost
 SELECT tenant_id, target_host, count(*) FROM runs_run
 WHERE state = 'leased' AND tenant_id = ANY(%(tenants)s::uuid[]) AND target_host = ANY(%(hosts)s::text[])
-  AND scheduled_time >= %(floor)s::timestamptz
+  AND scheduled_time >= %(floor)s::timestamptz AND scheduled_time <= %(ceiling)s::timestamptz
 GROUP BY tenant_id, target_host
 """
 
@@ -172,7 +185,8 @@ WITH leased AS (
         lease_until = %(until)s, lease_owner = %(worker)s, reason = '', next_eligible_at = NULL,
         first_started_at = COALESCE(r.first_started_at, %(now)s)
     -- `state || ''`: a plain `state = ...` matches run_ready_idx's predicate (see _BY_PRIMARY_KEY).
-    WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state || '' = 'ready' AND r.scheduled_time >= %(floor)s::timestamptz
+    WHERE r.id = ANY(%(ids)s::uuid[]) AND r.state || '' = 'ready'
+      AND r.scheduled_time >= %(floor)s::timestamptz AND r.scheduled_time <= %(now)s::timestamptz
     RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
               r.schedule_version, r.scheduled_time, r.version_id, r.target_host
 ), opened AS (
@@ -228,12 +242,13 @@ CROSS JOIN LATERAL (SELECT * FROM schedules_scheduleversion sv WHERE sv.id = l.v
 CLAIM_DUE_SQL = """-- name: RunClaimDue
 WITH RECURSIVE t(tenant_id) AS (
     (SELECT tenant_id FROM runs_run
-     WHERE state = 'ready' AND next_eligible_at <= statement_timestamp() AND scheduled_time >= %(floor)s::timestamptz
+     WHERE state = 'ready' AND next_eligible_at <= statement_timestamp()
+       AND scheduled_time >= %(floor)s::timestamptz AND scheduled_time <= %(ceiling)s::timestamptz
      ORDER BY tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT r.tenant_id FROM runs_run r
             WHERE r.state = 'ready' AND r.next_eligible_at <= statement_timestamp() AND r.tenant_id > t.tenant_id
-              AND r.scheduled_time >= %(floor)s::timestamptz
+              AND r.scheduled_time >= %(floor)s::timestamptz AND r.scheduled_time <= %(ceiling)s::timestamptz
             ORDER BY r.tenant_id LIMIT 1)
     FROM t WHERE t.tenant_id IS NOT NULL
 ), held_t AS (
@@ -257,7 +272,8 @@ WITH RECURSIVE t(tenant_id) AS (
         -- RunDueCandidates' read, and why it is written so.
         SELECT r.id, r.tenant_id, r.target_host, r.next_eligible_at FROM runs_run r
         WHERE r.state = 'ready' AND r.tenant_id >= s.tenant_id AND r.tenant_id <= s.tenant_id
-          AND r.next_eligible_at <= statement_timestamp() AND r.scheduled_time >= %(floor)s::timestamptz
+          AND r.next_eligible_at <= statement_timestamp()
+          AND r.scheduled_time >= %(floor)s::timestamptz AND r.scheduled_time <= %(ceiling)s::timestamptz
           AND r.target_host <> ALL(s.full_hosts)
         ORDER BY r.tenant_id, r.next_eligible_at
         LIMIT LEAST(share.per_tenant, s.room)
@@ -281,7 +297,7 @@ WITH RECURSIVE t(tenant_id) AS (
     -- Primary-key probes for the picked ids: written as a join, the planner hashed the picked
     -- rows and scanned the whole runs table (every run ever kept) to find them.
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND r.state || '' = 'ready'
-      AND r.scheduled_time >= %(floor)s::timestamptz
+      AND r.scheduled_time >= %(floor)s::timestamptz AND r.scheduled_time <= %(ceiling)s::timestamptz
     RETURNING r.id, r.generation, r.attempts_used, r.max_attempts, r.tenant_id, r.schedule_id,
               r.schedule_version, r.scheduled_time, r.version_id, r.target_host
 ), opened AS (
@@ -546,9 +562,15 @@ def _insert_statement(conn, obj, *, returning: tuple = (), computed: dict | None
 
 def _live_floor(cur, *, by_primary_key: bool = False):
     """The value of %(floor)s: the live floor, or NO_FLOOR when none is known."""
-    cur.execute(f"SELECT ({LIVE_FLOOR_SQL}){_BY_PRIMARY_KEY}" if by_primary_key else LIVE_FLOOR_SQL)
-    floor = cur.fetchall()[0][0]
-    return NO_FLOOR if floor is None else floor
+    return _live_bounds(cur, by_primary_key=by_primary_key)["floor"]
+
+
+def _live_bounds(cur, *, by_primary_key: bool = False) -> dict:
+    """%(floor)s and %(ceiling)s: the live floor (NO_FLOOR when none is known) and the database's
+    clock, in one round trip."""
+    cur.execute(f"SELECT ({LIVE_FLOOR_SQL}), statement_timestamp(){_BY_PRIMARY_KEY if by_primary_key else ''}")
+    floor, ceiling = cur.fetchall()[0][:2]
+    return {"floor": NO_FLOOR if floor is None else floor, "ceiling": ceiling}
 
 
 # schedule_insert's columns taken from the row inserted before them in the same statement.
@@ -665,7 +687,10 @@ class PostgresStore(PostgresHistory, PortableStore):
         full = json.dumps({str(t): list(hosts) for t, hosts in (without or {}).items()})
         limits = candidate_limits(tenants, per_tenant, room)
         with _cursor() as cur:
-            floor = _live_floor(cur)
+            # Index scans only (for the rest of the claim's transaction, as RunClaim wants it too):
+            # a read held to the partitions due now could be planned as a bitmap scan of all a
+            # tenant's due runs, sorted, to lock the few oldest.
+            floor = _live_floor(cur, by_primary_key=True)
             cur.execute(CANDIDATES_SQL,
                         {"tenants": tenants, "limits": limits, "now": now, "floor": floor, "full": full})
             return cur.fetchall()
@@ -679,22 +704,20 @@ class PostgresStore(PostgresHistory, PortableStore):
 
     def run_leased_per_tenant(self, tenant_ids) -> dict:
         with _cursor() as cur:
-            floor = _live_floor(cur)
-            cur.execute(LEASED_PER_TENANT_SQL, {"tenants": list(tenant_ids), "floor": floor})
+            cur.execute(LEASED_PER_TENANT_SQL, {"tenants": list(tenant_ids), **_live_bounds(cur)})
             return dict(cur.fetchall())
 
     def run_leased_per_host(self, keys) -> dict:
         with _cursor() as cur:
-            floor = _live_floor(cur)
             cur.execute(LEASED_PER_HOST_SQL, {"tenants": list({k[0] for k in keys}),
-                                              "hosts": list({k[1] for k in keys}), "floor": floor})
+                                              "hosts": list({k[1] for k in keys}), **_live_bounds(cur)})
             return {(t, h): n for t, h, n in cur.fetchall()}
 
     def run_claim_due(self, *, worker: str, limit: int, lease_seconds: float, shift: int, holding) -> list[Claimed]:
         with _cursor() as cur:
-            floor = _live_floor(cur, by_primary_key=True)
+            bounds = _live_bounds(cur, by_primary_key=True)
             cur.execute(CLAIM_DUE_SQL, {
-                "worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift, "floor": floor,
+                "worker": worker, "limit": limit, "lease": lease_seconds, "shift": shift, **bounds,
                 **share_params(holding),
             })
             return _claimed(cur)

@@ -13,7 +13,7 @@ from tests.helpers import make_due, make_schedule, utc
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.parametrize("at", [utc(2026, 3, 29, 1, 30), utc(2026, 11, 30, 23, 59, 59, 500), utc(2027, 1, 1, 0, 0, 0, 999999)])
+@pytest.mark.parametrize("at", [utc(2026, 3, 29, 1, 30), utc(2026, 11, 30, 23, 59, 59, 500), utc(2026, 1, 1, 0, 0, 0, 999999)])
 def test_claimed_text_fields_match_the_python_formatting(tenant, target, at):
     schedule = make_schedule(tenant, target.url + "/run")
     make_due(schedule)

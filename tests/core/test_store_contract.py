@@ -368,3 +368,21 @@ def test_insert_version_points_the_schedule_at_its_new_version(tenant, target):
         store().schedule_set_managed_name(schedule.id, "nightly")
     stored = Schedule.objects.get(id=schedule.id)
     assert (stored.owner_id, stored.managed_name) == (owner.id, "nightly")
+
+
+@pytest.mark.parametrize("capped", [False, True], ids=["no caps", "caps in play"])
+def test_a_run_is_not_claimed_before_its_scheduled_time_though_it_is_eligible(tenant, target, capped):
+    # Eligibility never comes before the instant (the scanner makes a run eligible at its instant
+    # or a spread offset later); a run set eligible earlier waits for its instant. PostgreSQL's
+    # claim statements rely on it to leave the partitions made ahead of now out of their plans.
+    if capped:
+        type(tenant).objects.filter(id=tenant.id).update(max_in_flight=5)
+    queue._limits.loaded_at = -1e9
+    make_due(make_schedule(tenant, target.url + "/job"))
+    queue.materialise_due(batch=10)
+    now = db_now()
+    Run.objects.update(scheduled_time=now + timedelta(minutes=5), next_eligible_at=now - timedelta(minutes=5))
+    assert queue.claim("w-1", 10) == []
+    Run.objects.update(scheduled_time=now - timedelta(seconds=1))
+    (c,) = queue.claim("w-1", 10)
+    assert c.scheduled_time == now - timedelta(seconds=1)

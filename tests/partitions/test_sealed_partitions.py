@@ -10,7 +10,7 @@ from django.db import connection
 from runs import partitions, queue
 from runs.actions import backfill_schedule, retry_run
 from runs.models import HistoryPartition, Run
-from runs.store.postgres import CLAIM_DUE_SQL, NO_FLOOR, _live_floor, share_params
+from runs.store.postgres import CLAIM_DUE_SQL, NO_FLOOR, _live_bounds, _live_floor, share_params
 from scheduler_project.foundation.dbclock import db_now
 from tests.helpers import ACTOR, make_schedule
 
@@ -31,7 +31,8 @@ def planned_partitions() -> set:
     connection.ensure_connection()
     cur = psycopg.Cursor(connection.connection)
     cur.execute("EXPLAIN " + CLAIM_DUE_SQL, {"worker": "w", "limit": 10, "lease": 60, "shift": 0,
-                                             "floor": floor(), **share_params(queue.idle_holding())}, prepare=False)
+                                             **_live_bounds(cur), **share_params(queue.idle_holding())},
+                prepare=False)
     return {part for (line,) in cur.fetchall() for part in line.split() if part.startswith("runs_run_")}
 
 
