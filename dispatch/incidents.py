@@ -53,6 +53,7 @@ from dispatch.models import (
     NotificationKind,
 )
 from runs.models import EventKind, OutboxEvent, Reason, Run, RunKind, RunState
+from runs.store import store
 from scheduler_project.foundation import anyof  # noqa: F401  (registers __anyof)
 from scheduler_project.foundation.dbclock import db_now
 from scheduler_project.foundation.dbplanner import by_key
@@ -192,7 +193,7 @@ def read_facts(watermark: int, now: datetime, *, batch: int = BATCH, probe: bool
         missed = []
         if probe:
             missed = list(
-                Run.objects.filter(state=RunState.READY, next_eligible_at__lt=now)
+                store().runs_live(due_by=now).filter(state=RunState.READY, next_eligible_at__lt=now)
                 .exclude(reason=Reason.BUFFERED)
                 .order_by("next_eligible_at")
                 .values_list("id", "schedule_id", "tenant_id", "next_eligible_at",

@@ -473,7 +473,7 @@ class Worker:
         """Nothing to claim: sleep the poll interval, or less when a run materialised ahead of
         time (the horizon) becomes eligible sooner. NOTIFY covers runs made ready now."""
         try:
-            soonest = await self.db(queue.seconds_until_next_ready, lane="claim")
+            soonest = await self.db(queue.seconds_until_next_ready, self.poll, lane="claim")
         except Exception:
             return self.poll
         return self.poll if soonest is None else max(0.0, min(self.poll, soonest))

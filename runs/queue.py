@@ -329,11 +329,11 @@ def claim(worker_id: str, limit: int, *, lease_seconds: int | None = None,
         return store().run_claim(ids, worker=worker_id, now=now, until=now + lease)
 
 
-def seconds_until_next_ready() -> float | None:
-    """Seconds until the earliest ready run becomes eligible (None when there is none): the first
-    entry of run_ready_idx."""
+def seconds_until_next_ready(within: float) -> float | None:
+    """Seconds until the earliest ready run becomes eligible, if that is within `within` seconds
+    (None otherwise): the first entry of run_ready_idx, in the partitions that can hold it."""
     now = db_now()
-    first = store().run_earliest_ready()
+    first = store().run_earliest_ready(until=now + timedelta(seconds=within))
     return None if first is None else (first - now).total_seconds()
 
 
@@ -462,7 +462,7 @@ def skip_unclaimed_misfires(*, batch: int = 1000, max_batches: int = MISFIRE_BAT
     """
     with transaction.atomic():
         now = db_now()
-        buffered = store().run_buffered_schedules()
+        buffered = store().run_buffered_schedules(now=now)
         if buffered:
             store().run_release_buffered(buffered, now=now)
     oldest = store().run_oldest_unclaimed(now)

@@ -355,7 +355,8 @@ def per_tenant(*, tenant_ids=None, now: datetime | None = None) -> list[TenantLo
     """Leased (in flight) and ready-and-due (backlog) runs per tenant, busiest first; only tenants
     with either. Cost: `run_leased_idx` and `run_ready_idx`, grouped by tenant."""
     now = now or db_now()
-    runs = _runs(tenant_ids)
+    runs = store().runs_live(due_by=now)
+    runs = runs if tenant_ids is None else runs.filter(tenant_id__in=list(tenant_ids))
     leased = dict(runs.filter(state=RunState.LEASED).values_list("tenant_id").annotate(n=Count("id")).order_by())
     backlog = dict(
         runs.filter(state=RunState.READY, next_eligible_at__lte=now).values_list("tenant_id").annotate(n=Count("id")).order_by()

@@ -342,10 +342,18 @@ class PortableStore(RequestedChanges, PortableHistory):
             for r, a in zip(rows, attempts)
         ]
 
-    def run_earliest_ready(self):
-        """When the earliest ready run becomes eligible (None when there is none)."""
-        return (Run.objects.filter(state=RunState.READY).order_by("next_eligible_at")
-                .values_list("next_eligible_at", flat=True).first())
+    def runs_live(self, *, due_by: datetime | None = None):
+        """The runs a read of ready or leased runs needs to look at: every run here; on
+        PostgreSQL, those in the live partitions (PostgresStore.runs_live). With `due_by`, only
+        those scheduled by then, which every run due or leased by then is (a run is never
+        eligible before its scheduled time, and was due when it was leased)."""
+        qs = Run.objects.all()
+        return qs if due_by is None else qs.filter(scheduled_time__lte=due_by)
+
+    def run_earliest_ready(self, *, until: datetime):
+        """When the earliest ready run becomes eligible, if that is by `until` (None otherwise)."""
+        return (self.runs_live(due_by=until).filter(state=RunState.READY, next_eligible_at__lte=until)
+                .order_by("next_eligible_at").values_list("next_eligible_at", flat=True).first())
 
     # --- runs: leases and results -----------------------------------------------------------------
 
@@ -436,7 +444,7 @@ class PortableStore(RequestedChanges, PortableHistory):
     def run_lock_expired_leases(self, now, *, batch: int) -> list:
         """Leased runs past their lease end, locked, with what the retry decision needs."""
         return list(
-            Run.objects.filter(state=RunState.LEASED, lease_until__lt=now)
+            self.runs_live(due_by=now).filter(state=RunState.LEASED, lease_until__lt=now)
             .select_for_update(skip_locked=True)
             .select_related("version")
             .only("id", "tenant_id", "schedule_id", "generation", "attempts_used", "max_attempts",
@@ -451,7 +459,7 @@ class PortableStore(RequestedChanges, PortableHistory):
         waits on a lock. The released run's eligibility is now, where its misfire grace starts."""
         schedule_ids = set(schedule_ids)
         busy = set(
-            Run.objects.filter(schedule_id__in=schedule_ids, state__in=[RunState.LEASED, RunState.READY])
+            self.runs_live().filter(schedule_id__in=schedule_ids, state__in=[RunState.LEASED, RunState.READY])
             .exclude(reason=Reason.BUFFERED)
             .values_list("schedule_id", flat=True)
         )
@@ -459,7 +467,8 @@ class PortableStore(RequestedChanges, PortableHistory):
         if not free:
             return 0
         rows = list(
-            Run.objects.filter(schedule_id__in=free, state=RunState.READY, reason=Reason.BUFFERED)
+            # A run is buffered when it is due (never made ahead), so it was scheduled by now.
+            self.runs_live(due_by=now).filter(schedule_id__in=free, state=RunState.READY, reason=Reason.BUFFERED)
             .select_for_update(skip_locked=True)
             .values_list("id", "tenant_id")
         )
@@ -470,16 +479,17 @@ class PortableStore(RequestedChanges, PortableHistory):
                                 for rid, tid in rows], now=now)
         return len(rows)
 
-    def run_buffered_schedules(self) -> set:
+    def run_buffered_schedules(self, *, now: datetime) -> set:
         """Schedules with a buffered run. Buffered runs wait at BUFFERED_UNTIL, the far end of
-        run_ready_idx: this reads them only, not every ready run of a backlog."""
+        run_ready_idx: this reads them only, not every ready run of a backlog. A run is buffered
+        when it is due, so it was scheduled by `now`."""
         return set(
-            Run.objects.filter(state=RunState.READY, next_eligible_at=BUFFERED_UNTIL, reason=Reason.BUFFERED)
+            self.runs_live(due_by=now).filter(state=RunState.READY, next_eligible_at=BUFFERED_UNTIL, reason=Reason.BUFFERED)
             .values_list("schedule_id", flat=True)
         )
 
     def _run_unclaimed(self, now):
-        return Run.objects.filter(
+        return self.runs_live(due_by=now).filter(
             state=RunState.READY, generation=0, kind=RunKind.SCHEDULED, reason="", next_eligible_at__lt=now
         )
 

@@ -676,6 +676,15 @@ class PostgresStore(PostgresHistory, PortableStore):
             cur.execute(INSERT_RUNS_SQL, {"rows": json.dumps(rows), "stamp": stamp, "now": now})
             return {row[0] for row in cur.fetchall()}
 
+    def runs_live(self, *, due_by: datetime | None = None):
+        """As PortableStore's, held to the live partitions: at or above the live floor (read now),
+        and with `due_by`, none made ahead of it. Each bound is a value in the statement, so the
+        planner leaves the other partitions out of the plan, as it does for the claim's statements."""
+        with _cursor() as cur:
+            floor = _live_floor(cur)
+        qs = super().runs_live(due_by=due_by)
+        return qs if floor == NO_FLOOR else qs.filter(scheduled_time__gte=floor)
+
     def run_due_tenants(self, now, *, max_tenants: int) -> list:
         with _cursor() as cur:
             floor = _live_floor(cur)

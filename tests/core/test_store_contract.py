@@ -386,3 +386,14 @@ def test_a_run_is_not_claimed_before_its_scheduled_time_though_it_is_eligible(te
     Run.objects.update(scheduled_time=now - timedelta(seconds=1))
     (c,) = queue.claim("w-1", 10)
     assert c.scheduled_time == now - timedelta(seconds=1)
+
+
+def test_the_earliest_ready_run_is_found_within_the_time_asked_and_only_then(tenant, target):
+    make_due(make_schedule(tenant, target.url + "/job"))
+    queue.materialise_due(batch=10)
+    now = db_now()
+    Run.objects.update(scheduled_time=now + timedelta(seconds=30), next_eligible_at=now + timedelta(seconds=30))
+    assert 0 < queue.seconds_until_next_ready(60) <= 30
+    assert queue.seconds_until_next_ready(10) is None
+    Run.objects.update(next_eligible_at=now + timedelta(seconds=45))  # a spread offset after its instant
+    assert 30 < queue.seconds_until_next_ready(60) <= 45

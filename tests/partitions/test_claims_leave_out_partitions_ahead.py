@@ -87,3 +87,49 @@ def test_no_claim_statement_plans_a_partition_made_ahead_of_now(tenant, other_te
     for name, parts in planned.items():
         assert current in parts, (name, parts)  # the plan was read, and the runs due now are in it
         assert not parts & ahead, (name, sorted(parts & ahead))
+
+
+def reads_of_live_runs(calls) -> dict:
+    """The runs_run partitions in the plan of each read of ready or leased runs that `calls`
+    sends, from `EXPLAIN` with its parameters."""
+    from django.db import connection
+
+    sent = []
+
+    def record(execute, sql, params, many, context):
+        sent.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        calls()
+    planned = {}
+    with connection.cursor() as cur:
+        for sql, params in sent:
+            if sql.startswith("SELECT") and 'FROM "runs_run"' in sql and '"runs_run"."state" = ' in sql:
+                cur.execute("EXPLAIN " + sql, params)
+                planned[sql] = {w for (line,) in cur.fetchall() for w in line.split() if w.startswith("runs_run_")}
+    return planned
+
+
+def test_the_loops_reads_of_ready_and_leased_runs_plan_no_partition_made_ahead(tenant, target):
+    from dispatch.incidents import read_facts
+    from runs.stats import per_tenant
+
+    now = db_now()
+    partitions.ensure_ahead(now, until=now + timedelta(days=4))
+    ahead = {p.name for p in partitions.layout("runs_run") if p.lower is not None and p.lower > now}
+    due_runs(tenant, target.url, 2, 5)
+    claimed = queue.claim("w-1", 4)
+    Run.objects.filter(id__in=[c.run_id for c in claimed]).update(lease_until=now - timedelta(minutes=1))
+
+    def the_loops():
+        assert queue.seconds_until_next_ready(60) is not None  # the worker, idle
+        assert queue.expire_leases(batch=100) == 4  # the reconciler
+        queue.skip_unclaimed_misfires(batch=100)
+        read_facts(0, db_now(), probe=True)  # the incidents loop's probe of runs missed
+        assert per_tenant()  # the portal's load per tenant
+
+    planned = reads_of_live_runs(the_loops)
+    assert len(planned) >= 6, list(planned)
+    for sql, parts in planned.items():
+        assert parts and not parts & ahead, (sql[:120], sorted(parts & ahead))
