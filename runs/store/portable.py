@@ -458,8 +458,9 @@ class PortableStore(RequestedChanges, PortableHistory):
         run then waits on. Rows another transaction holds are left for the next call, so this never
         waits on a lock. The released run's eligibility is now, where its misfire grace starts."""
         schedule_ids = set(schedule_ids)
+        live = self.runs_live()  # PostgreSQL reads the live floor once for both reads
         busy = set(
-            self.runs_live().filter(schedule_id__in=schedule_ids, state__in=[RunState.LEASED, RunState.READY])
+            live.filter(schedule_id__in=schedule_ids, state__in=[RunState.LEASED, RunState.READY])
             .exclude(reason=Reason.BUFFERED)
             .values_list("schedule_id", flat=True)
         )
@@ -468,7 +469,7 @@ class PortableStore(RequestedChanges, PortableHistory):
             return 0
         rows = list(
             # A run is buffered when it is due (never made ahead), so it was scheduled by now.
-            self.runs_live(due_by=now).filter(schedule_id__in=free, state=RunState.READY, reason=Reason.BUFFERED)
+            live.filter(schedule_id__in=free, state=RunState.READY, reason=Reason.BUFFERED, scheduled_time__lte=now)
             .select_for_update(skip_locked=True)
             .values_list("id", "tenant_id")
         )

@@ -145,10 +145,6 @@ CROSS JOIN LATERAL (
 ORDER BY t.pos
 """
 
-# Caps and budgets in play, counted across the fleet before the candidates read: leased runs per
-# tenant, and per (tenant, target host). Every leased run is at or above the live floor, so each
-# plans only the live partitions (an ORM count with no floor planned every partition of runs_run
-# at every claim, several times the count's own work). run_leased_idx holds only leased runs.
 # Claims with caps in play: the capped tenants and budgeted (tenant, host) pairs this claim holds
 # until it commits, by transaction-level advisory lock, never waited for (a key another claim holds
 # is left out of this one). Keys are the tenant id, or "tenant host"; a collision of their hashes
@@ -159,6 +155,11 @@ SELECT k FROM unnest(%(keys)s::text[]) AS k WHERE pg_try_advisory_xact_lock(%(sp
 # The advisory lock space of those keys (the two-integer form; "CAPS").
 CAP_LOCK_SPACE = 0x43415053
 
+# Caps and budgets in play, counted across the fleet before the candidates read: leased runs per
+# tenant, and per (tenant, target host). Every leased run is between the live floor and the
+# ceiling, so each plans only the live partitions (an ORM count with no bounds planned every
+# partition of runs_run at every claim, several times the count's own work). run_leased_idx holds
+# only leased runs.
 LEASED_PER_TENANT_SQL = """-- name: RunLeasedPerTenant
 SELECT tenant_id, count(*) FROM runs_run
 WHERE state = 'leased' AND tenant_id = ANY(%(tenants)s::uuid[])
