@@ -161,8 +161,9 @@ def scan_step(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> b
     return _scan(shards=shards, shard=shard, batch=batch, horizon_seconds=horizon_seconds)[0]
 
 
-def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> tuple[bool, int]:
-    """scan_step's answer and the number of runs the transaction made."""
+def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> tuple[bool, int, bool]:
+    """scan_step's answer, the number of runs the transaction made, and whether it stepped aside
+    for partition DDL (runs.partitions, "The scanner's gate")."""
     batch = batch or settings.SCHEDULER_SCAN_BATCH
     horizon = timedelta(seconds=settings.SCHEDULER_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds)
     with tracing.span("materialise", batch=batch, shard=-1 if shard is None else shard) as traced:
@@ -170,7 +171,7 @@ def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> tuple
         traced["runs"], traced["schedules"] = result.runs + result.skipped, result.schedules
     for sid, err in result.errors:
         log.error("schedule %s could not be scanned: %s", sid, err)
-    return result.locked >= batch and result.schedules > 0, result.runs + result.skipped
+    return result.locked >= batch and result.schedules > 0, result.runs + result.skipped, result.stepped_aside
 
 
 class Scanner:
@@ -193,6 +194,9 @@ class Scanner:
     # Runs per second assumed until the scanner has measured its own: on the low side of what
     # one scanner makes (bench/README.md), so that a first guess starts early.
     DEFAULT_RATE = 1000.0
+    # After a pass stepped aside for partition DDL, look again this soon: the DDL holds the
+    # tables for milliseconds once the passes in progress have ended.
+    STEPPED_ASIDE_SECONDS = 0.05
 
     def __init__(self, *, shards=None, prefer=None, holder="", batch=None, horizon_seconds=None,
                  lookahead_seconds=None):
@@ -204,6 +208,7 @@ class Scanner:
         self.rate = self.DEFAULT_RATE  # runs made per second of scanning, measured as it goes
         self.ahead_until = 0.0  # time.monotonic() up to which a look-ahead materialises; 0: none
         self.probed_at = -1e9
+        self.stepped_aside = False
 
     @property
     def base_horizon(self) -> float:
@@ -212,6 +217,8 @@ class Scanner:
     def idle_seconds(self) -> float:
         """Sleep the poll interval, or less when the next schedule is due sooner."""
         poll = settings.SCHEDULER_POLL_SECONDS
+        if self.stepped_aside:
+            return self.STEPPED_ASIDE_SECONDS
         try:
             soonest = queue.seconds_until_next_due(horizon=timedelta(seconds=self.base_horizon))
         except Exception:
@@ -227,7 +234,9 @@ class Scanner:
 
     def _pass(self, **where) -> bool:
         started = time.monotonic()
-        busy, made = _scan(batch=self.batch, horizon_seconds=self._horizon(), **where)
+        busy, made, self.stepped_aside = _scan(batch=self.batch, horizon_seconds=self._horizon(), **where)
+        if self.stepped_aside:
+            return False  # a look-ahead under way goes on after the DDL
         if made >= 50:  # a full-enough batch to measure by
             self.rate = 0.7 * self.rate + 0.3 * made / max(1e-3, time.monotonic() - started)
         if busy:

@@ -516,6 +516,7 @@ def rotate(tenants: list, shift: int) -> list:
 @dataclass
 class ScanResult:
     locked: int = 0  # schedules the pass locked, including ones inside the horizon left for later
+    stepped_aside: bool = False  # partition DDL was waiting (runs.partitions, "The scanner's gate"): nothing done
     schedules: int = 0  # schedules it materialised
     runs: int = 0
     skipped: int = 0

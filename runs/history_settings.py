@@ -20,6 +20,9 @@ DEFAULTS = {
     # How long partition DDL waits for the tables' lock before giving up until the next pass (at most
     # half of PostgreSQL's deadlock_timeout: runs.partitions, "Lock order").
     "SCHEDULER_PARTITION_LOCK_TIMEOUT_MS": (int, 200),
+    # How long partition DDL waits for the scanner pass in progress to end (new passes step aside
+    # meanwhile: runs.partitions, "The scanner's gate") before giving up until the next pass.
+    "SCHEDULER_PARTITION_GATE_TIMEOUT_MS": (int, 3_000),
     # Succeeded, canceled and skipped runs are kept this many days after their scheduled time.
     "SCHEDULER_RETENTION_DAYS": (float, 14.0),
     # Dead runs (the dead-letter queue) are kept this many days after they went dead.
@@ -41,7 +44,8 @@ DEFAULTS = {
 # stop at runs.models.MAX_RETENTION_DAYS, as a tenant's own policy does.
 MINIMUM = {
     "SCHEDULER_PARTITION_SECONDS": 1, "SCHEDULER_PARTITION_AHEAD_SECONDS": 0,
-    "SCHEDULER_PARTITION_LOCK_TIMEOUT_MS": 1, "SCHEDULER_RETENTION_DAYS": 0, "SCHEDULER_DEAD_RETENTION_DAYS": 0,
+    "SCHEDULER_PARTITION_LOCK_TIMEOUT_MS": 1, "SCHEDULER_PARTITION_GATE_TIMEOUT_MS": 1,
+    "SCHEDULER_RETENTION_DAYS": 0, "SCHEDULER_DEAD_RETENTION_DAYS": 0,
     "SCHEDULER_RETENTION_MAX_SURVIVORS": 0, "SCHEDULER_RETENTION_BATCH": 1, "SCHEDULER_MAINTENANCE_SECONDS": 0.1,
 }
 

@@ -38,6 +38,16 @@ kept below half the server's deadlock_timeout, so in any cycle it is the one tha
 deadlock victim, having waited first), rolls back having changed nothing, and reports the group
 busy; the loop tries the step again shortly (dispatch.maintenance).
 
+The scanner's gate: that timeout is shorter than a scanner's pass on a loaded host (it holds its
+schedules while it plans them), and scanner passes follow each other with no gap, so a removal
+that waited only for the tables' locks gave way pass after pass and the disk grew. Each scanner
+pass first tries a shared transaction-level advisory lock (SCAN_GATE; refused, it makes nothing
+and looks again shortly), and every DDL transaction takes it exclusively before the tables' locks,
+waiting up to SCHEDULER_PARTITION_GATE_TIMEOUT_MS. While it waits nobody queues behind it but
+new scanner passes, which step aside (a waiting exclusive request refuses new shared ones), so the
+DDL waits for the pass in progress and no longer; then the tables' locks are asked for under the
+short timeout, against everything else that holds them for milliseconds.
+
 Only one maintenance process does DDL at a time (a PostgreSQL advisory lock).
 """
 
@@ -91,6 +101,7 @@ FOREIGN_KEYS = {
     "runs_outboxevent": (),
 }
 ADVISORY_LOCK = 0x5C4E_D01E  # one maintenance process at a time
+SCAN_GATE = 0x5C4E_9A7E  # scanner passes shared, partition DDL exclusive (see the module's docstring)
 UNSEAL_FUNCTION = "runs_history_unseal"
 UNSEAL_TRIGGER = "history_unseal"
 
@@ -135,6 +146,14 @@ def lock_timeout_sql() -> str:
     return ("SELECT set_config('lock_timeout', LEAST(%d, extract(epoch FROM "
             "current_setting('deadlock_timeout')::interval) * 500)::int || 'ms', true)"
             % int(setting("SCHEDULER_PARTITION_LOCK_TIMEOUT_MS")))
+
+
+# Taken first by every DDL transaction (ddl), waiting up to the gate's own timeout: nothing but new
+# scanner passes queues behind it. (Set and taken in two statements: the order in which one
+# SELECT's expressions run is not promised.)
+GATE_TIMEOUT_SQL = "SELECT set_config('lock_timeout', %s || 'ms', true)"
+GATE_CLOSE_SQL = """-- name: MaintenanceCloseScanGate
+SELECT pg_advisory_xact_lock(%(gate)s)"""
 
 
 def q(name: str) -> str:
@@ -248,8 +267,8 @@ def referenced(group: str) -> tuple:
 
 @contextmanager
 def ddl(group: str | None, *, also: tuple = ()):
-    """A transaction of partition DDL that takes every lock it needs first, under the lock timeout:
-    the tables `group`'s partitions point at, then the group's tables (with their partitions), all
+    """A transaction of partition DDL that takes every lock it needs first: the scanner's gate
+    (under its own timeout), then under the lock timeout the tables `group`'s partitions point at, then the group's tables (with their partitions), all
     ACCESS EXCLUSIVE (attaching a table that carries its own foreign keys, which a detached
     partition and a staged one do, takes that on the tables they point at), then `also` (single
     partitions, SHARE ROW EXCLUSIVE). A lock not granted in time, or a deadlock, anywhere in the
@@ -258,6 +277,7 @@ def ddl(group: str | None, *, also: tuple = ()):
         with transaction.atomic(), connection.cursor() as cur:
             if group is not None or also:
                 _checks_now(cur)
+            _close_scan_gate(cur)
             _exec(cur, lock_timeout_sql())
             if group is not None:
                 refs = referenced(group)
@@ -270,6 +290,16 @@ def ddl(group: str | None, *, also: tuple = ()):
     except DatabaseError as exc:
         if lock_not_granted(exc):
             raise PartitionLockBusy(f"could not lock {group or ', '.join(also)} within the lock timeout") from exc
+        raise
+
+
+def _close_scan_gate(cur) -> None:
+    _exec(cur, GATE_TIMEOUT_SQL, [str(int(setting("SCHEDULER_PARTITION_GATE_TIMEOUT_MS")))])
+    try:
+        _exec(cur, GATE_CLOSE_SQL, {"gate": SCAN_GATE})
+    except DatabaseError as exc:
+        if lock_not_granted(exc):
+            raise PartitionLockBusy("a scanner pass went on longer than SCHEDULER_PARTITION_GATE_TIMEOUT_MS") from exc
         raise
 
 

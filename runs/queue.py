@@ -180,10 +180,14 @@ def materialise_due(*, batch: int, shards=None, shard=None, horizon=timedelta(0)
 
     The schedule row lock serialises everyone who inserts occurrences for a schedule (scanner,
     trigger, backfill, edits), and the occurrence unique constraint is the final guard: a
-    duplicate aborts the transaction instead of making a second run."""
+    duplicate aborts the transaction instead of making a second run. While partition DDL waits
+    for the scanner's gate the pass makes nothing (result.stepped_aside)."""
     result = ScanResult()
     with transaction.atomic():
-        now = db_now()
+        now, admitted = store().schedule_scan_begin()
+        if not admitted:
+            result.stepped_aside = True
+            return result
         schedules = _lock_due(now, batch=batch, shards=shards, shard=shard, horizon=horizon)
         result.locked = len(schedules)
         # Not due yet and not made ahead: their overlap policy is decided when they are due.

@@ -115,6 +115,11 @@ class PortableStore(RequestedChanges, PortableHistory):
             qs = qs.annotate(_shard=Mod(F("shard"), shards)).filter(_shard__in=wanted)
         return qs.order_by("next_run_at")
 
+    def schedule_scan_begin(self) -> tuple[datetime, bool]:
+        """The database's clock for a scanner pass, and whether the pass may go on: always here
+        (no partition DDL to make way for; runs.partitions, "The scanner's gate")."""
+        return db_now(), True
+
     def schedule_lock_due(self, now, *, batch: int, shards=None, shard=None, horizon=timedelta(0),
                           after: datetime | None = None, exclude=()) -> list:
         """Up to `batch` due schedules with their current version, oldest first (only those due

@@ -27,7 +27,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.utils import timezone
 
 from runs.decisions import Claimed, Decided, candidate_limits, completion_kind
-from runs.partitions import LIVE_FLOOR_SQL
+from runs.partitions import LIVE_FLOOR_SQL, SCAN_GATE
 from runs.store.history import PostgresHistory
 from runs.store.portable import PortableStore, _keep_recent_count
 from scheduler_project.foundation.dbplanner import BY_KEY_FOR_THE_TRANSACTION
@@ -452,6 +452,13 @@ FROM unnest(%(tenants)s::uuid[], %(runs)s::uuid[], %(kinds)s::text[], %(payloads
      AS v(tenant_id, run_id, kind, payload)
 """
 
+# A scanner pass's first statement, in its transaction: the clock it plans by, and the scanner's
+# gate, shared, tried and never waited for (false: partition DDL is waiting for the passes in
+# progress to end; this pass makes nothing and the scanner looks again shortly). runs.partitions,
+# "The scanner's gate".
+SCAN_BEGIN_SQL = """-- name: ScheduleScanBegin
+SELECT statement_timestamp(), pg_try_advisory_xact_lock_shared(%(gate)s)"""
+
 # The scanner's write-back of next_run_at, completion and last scan error, one statement a batch.
 ADVANCE_SCHEDULES_SQL = """-- name: ScheduleAdvance
 UPDATE schedules_schedule s SET
@@ -650,6 +657,12 @@ class PostgresStore(PostgresHistory, PortableStore):
         for obj in (version, schedule, entry):
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
+
+    def schedule_scan_begin(self) -> tuple[datetime, bool]:
+        with _cursor() as cur:
+            cur.execute(SCAN_BEGIN_SQL, {"gate": SCAN_GATE})
+            (now, admitted), = cur.fetchall()
+        return now, admitted
 
     def schedule_advance_many(self, schedules, *, now) -> None:
         if not schedules:

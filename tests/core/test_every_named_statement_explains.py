@@ -44,7 +44,7 @@ def parameters(name: str, floor=None) -> dict:
               "hi": now + timedelta(hours=1), "floor": floor or now - timedelta(days=1), "ceiling": now, "max_tenants": 10,
               "limits": [10], "hosts": ["h:80"], "keys": ["k"], "space": 1, "full": json.dumps({some: ["h:80"]}), "tenants": [some], "limit": 10, "lease": 30,
               "shift": 0, "worker": "w", "ids": "{%s}" % some, "gens": [1], "rows": "[]", "kinds": ["run.leased"],
-              "payloads": ["{}"], "runs": [some], **pg.share_params(_Holding())}
+              "payloads": ["{}"], "runs": [some], "gate": pg.SCAN_GATE, **pg.share_params(_Holding())}
     if name == "ScheduleAdvance":
         params.update(ids=[some], next=[now], status=["active"], completed=[None], errors=[""])
     return params

@@ -397,3 +397,26 @@ def test_the_earliest_ready_run_is_found_within_the_time_asked_and_only_then(ten
     assert queue.seconds_until_next_ready(10) is None
     Run.objects.update(next_eligible_at=now + timedelta(seconds=45))  # a spread offset after its instant
     assert 30 < queue.seconds_until_next_ready(60) <= 45
+
+
+def test_a_scanner_pass_begins_with_the_databases_clock_and_steps_aside_only_for_partition_ddl(tenant, target):
+    from django.db import connection
+
+    from tests.helpers import at_once
+
+    s = make_schedule(tenant, target.url + "/gated")
+    make_due(s)
+    with transaction.atomic():
+        now, admitted = store().schedule_scan_begin()
+    assert admitted and abs((db_now() - now).total_seconds()) < 60
+    if connection.vendor == "postgresql":
+        # Partition DDL holding the scanner's gate (runs.partitions): a pass makes nothing meanwhile,
+        # and the next one after it does.
+        from runs import partitions
+
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(partitions.GATE_CLOSE_SQL, {"gate": partitions.SCAN_GATE})
+            (gated,) = at_once(lambda: queue.materialise_due(batch=10), 1)
+        assert gated.stepped_aside and gated.runs == 0 and not Run.objects.filter(schedule=s).exists()
+    made = queue.materialise_due(batch=10)
+    assert not made.stepped_aside and made.runs == 1 and Run.objects.filter(schedule=s).count() == 1

@@ -23,6 +23,7 @@ from dispatch.loops import drain, scan_step
 from dispatch.maintenance import Maintenance
 from dispatch.models import IncidentCursor
 from runs import partitions, queue, retention
+from runs.history_settings import get as history_setting
 from runs.models import HistoryRemoval, Occurrence, OutboxEvent, Run
 from runs.store import store
 from tests.helpers import make_due, make_schedule
@@ -343,3 +344,62 @@ def removal_locks_granted_while_held(hot: Thread, hold: Hold) -> None:
         hold.go.set()
         hot.join(WAIT)
     assert hot.error is None, hot.error
+
+
+def test_a_removal_gets_past_scanner_passes_that_follow_each_other_with_no_gap(tenant, target, history, monkeypatch):
+    # The soak's `maintain` gave way to the scanner pass after pass: on a loaded host a pass holds
+    # its schedules longer than maintenance's lock timeout (while it plans them), and three
+    # scanners' passes overlap, so there was always one in progress. Here each pass holds its
+    # locks longer than that timeout; with the scanner's gate (runs.partitions) the removal waits
+    # for the passes in progress while new ones step aside: no step gives way.
+    from dispatch.loops import Scanner
+
+    s = make_schedule(tenant, target.url + "/scanned")
+    make_due(s)
+    hold = history_setting("SCHEDULER_PARTITION_LOCK_TIMEOUT_MS") / 1000 * 3
+    scanners, stop = set(), threading.Event()
+    real = type(store()).schedule_lock_due
+
+    def slow(this, *args, **kwargs):
+        out = real(this, *args, **kwargs)
+        if threading.current_thread() in scanners:
+            time.sleep(hold)  # planning, its schedules locked
+        return out
+
+    monkeypatch.setattr(type(store()), "schedule_lock_due", slow)
+    passes = []
+
+    def scan():
+        # As under a load that keeps every scanner busy: one pass after another, waiting only
+        # where the scanner itself says to after stepping aside.
+        scanner = Scanner()
+        while not stop.is_set():
+            scanner.step()
+            passes.append(scanner.stepped_aside)
+            if scanner.stepped_aside:
+                stop.wait(scanner.idle_seconds())
+
+    threads = [Thread(scan) for _ in range(3)]
+    scanners.update(threads)
+    for t in threads:
+        t.start()
+        time.sleep(hold / 3)  # out of phase: one pass or more in progress at every moment
+    try:
+        steps = []
+        for _ in range(3):
+            step = Maintenance()
+            drain(step.step)
+            steps.append(step.busy)
+            if HistoryRemoval.objects.filter(what__startswith="runs_run").exists():
+                break
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(WAIT)
+    assert all(t.error is None for t in threads), [t.error for t in threads]
+    assert not any(steps), f"maintenance gave way to the scanners: {steps}"
+    assert any(passes) and not all(passes)  # some passes stepped aside, and the others went on
+    gone, dead = history
+    assert present(gone, dead) == {gone.id: False, dead.id: True}
+    assert Run.objects.filter(schedule=s).count() == 1
+    assert history_violations() == []
