@@ -42,7 +42,8 @@ The scanner's gate: that timeout is shorter than a scanner's pass on a loaded ho
 schedules while it plans them), and scanner passes follow each other with no gap, so a removal
 that waited only for the tables' locks gave way pass after pass and the disk grew. Each scanner
 pass first tries a shared transaction-level advisory lock (SCAN_GATE; refused, it makes nothing
-and looks again shortly), and every DDL transaction takes it exclusively before the tables' locks,
+and looks again shortly), and every DDL transaction that locks a group's tables or the tables they
+point at takes it exclusively before the tables' locks,
 waiting up to SCHEDULER_PARTITION_GATE_TIMEOUT_MS. While it waits nobody queues behind it but
 new scanner passes, which step aside (a waiting exclusive request refuses new shared ones), so the
 DDL waits for the pass in progress and no longer; then the tables' locks are asked for under the
@@ -266,10 +267,11 @@ def referenced(group: str) -> tuple:
 
 
 @contextmanager
-def ddl(group: str | None, *, also: tuple = ()):
+def ddl(group: str | None, *, also: tuple = (), gate: bool | None = None):
     """A transaction of partition DDL that takes every lock it needs first: the scanner's gate
-    (under its own timeout), then under the lock timeout the tables `group`'s partitions point at, then the group's tables (with their partitions), all
-    ACCESS EXCLUSIVE (attaching a table that carries its own foreign keys, which a detached
+    (under its own timeout; by default when it locks a group, whose tables a scanner pass holds, and
+    not for single partitions), then under the lock timeout the tables `group`'s partitions point
+    at, then the group's tables (with their partitions), all ACCESS EXCLUSIVE (attaching a table that carries its own foreign keys, which a detached
     partition and a staged one do, takes that on the tables they point at), then `also` (single
     partitions, SHARE ROW EXCLUSIVE). A lock not granted in time, or a deadlock, anywhere in the
     transaction rolls it back and raises PartitionLockBusy: nothing changed, try again."""
@@ -277,7 +279,8 @@ def ddl(group: str | None, *, also: tuple = ()):
         with transaction.atomic(), connection.cursor() as cur:
             if group is not None or also:
                 _checks_now(cur)
-            _close_scan_gate(cur)
+            if group is not None if gate is None else gate:
+                _close_scan_gate(cur)
             _exec(cur, lock_timeout_sql())
             if group is not None:
                 refs = referenced(group)
@@ -309,7 +312,7 @@ def _short(sql, params=None) -> None:
     EXCLUSIVE to drop a table carrying one): under the lock timeout too, so that a request of
     maintenance queued behind a long reader never holds every later reader and writer of those
     tables behind it. Raises PartitionLockBusy when the lock is not granted in time."""
-    with ddl(None) as c:
+    with ddl(None, gate=True) as c:
         _exec(c, sql, params)
 
 
@@ -751,6 +754,59 @@ def _swap(plan, group, tables, runs_table, sources, stage, res, *, now, export, 
         res.lock_ms = (time.monotonic() - t1) * 1000
         if record is not None:
             record(res)
+    return res
+
+
+def drop_oldest(plan: SwapPlan, *, record=None) -> SwapResult | None:
+    """Remove the oldest regular partition of plan.group when nothing in it outlives it and the
+    kept partition is empty (the caller counted no survivors and exports nothing): one transaction
+    under the group's locks, checking both again there, instead of a swap's staging, whose several
+    DDL transactions must each get their locks in turn (on a saturated host the removals fell behind
+    the partitions' ageing, and the disk grew). The old partitions and the empty kept one are
+    dropped and an empty kept partition up to plan.upper is made in their place. Returns None when
+    the locks were not granted in time, or when the check under them found a row to keep (a run
+    retried by hand meanwhile): nothing changed, and the caller's next pass swaps instead."""
+    group, tables = plan.group, GROUPS[plan.group]
+    main = "runs_run" if group == Group.RUNS else "runs_outboxevent"
+    res = SwapResult(group)
+    parts = {t: _kept_and_oldest(t) for t in tables}
+    if any(oldest is None or oldest.upper != plan.upper for _, oldest in parts.values()):
+        raise RuntimeError(f"{group}: the oldest partitions do not end at {plan.upper} (layout changed?)")
+    with connection.cursor() as cur:
+        # What the audit says was removed: ANALYZE counts a partition under 30,000 pages exactly, and
+        # takes no lock dispatch waits for (read under the lock, reltuples was -1 for a partition
+        # never analysed).
+        for t, (_, oldest) in parts.items():
+            _exec(cur, f"ANALYZE {q(oldest.name)}")
+            cur.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [q(oldest.name)])
+            res.removed[oldest.name] = max(0, cur.fetchone()[0])
+    t1 = time.monotonic()
+    try:
+        with ddl(group) as cur:
+            kept_rows = " OR ".join(f"EXISTS (SELECT 1 FROM {q(kept.name)})" for kept, _ in parts.values())
+            _exec(cur, f"SELECT {kept_rows} OR EXISTS (SELECT 1 FROM ("
+                       f"{plan.survivors.format(src=q(parts[main][1].name), only='')}) s)", plan.params)
+            if cur.fetchone()[0]:
+                transaction.set_rollback(True)
+                return None
+            for t, (kept, oldest) in parts.items():
+                name = _next_kept_name(t, kept.name)
+                for old in (oldest, kept):
+                    _exec(cur, f"ALTER TABLE {t} DETACH PARTITION {q(old.name)}")
+                    _exec(cur, f"DROP TABLE {q(old.name)}")
+                _exec(cur, f"CREATE TABLE {q(name)} PARTITION OF {t} FOR VALUES FROM (MINVALUE) TO "
+                           f"({_bound(plan.upper, '')})")
+                name_child_indexes(cur, name)
+                res.kept[t], res.kept_name[t] = 0, name
+                res.removed.setdefault(kept.name, 0)
+            for t in tables:
+                sync_catalog(t)
+            _checks_deferred(cur)
+            res.lock_ms = (time.monotonic() - t1) * 1000
+            if record is not None:
+                record(res)
+    except PartitionLockBusy:
+        return None
     return res
 
 

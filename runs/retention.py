@@ -186,6 +186,18 @@ def _kept_has_expired(group: str, kept: str, p: Policy, now: datetime) -> bool:
     return bool(total) and count_survivors(group, [kept], _run_params(p, now) if group == Group.RUNS else {}) < total
 
 
+def _kept_empty(group: str) -> bool:
+    """Whether every kept partition of the group is empty: then a partition with no survivors is
+    removed without a swap (runs.partitions.drop_oldest)."""
+    with connection.cursor() as cur:
+        for t in partitions.GROUPS[group]:
+            kept = next(x for x in partitions.layout(t) if x.role == Role.KEPT)
+            cur.execute(f"SELECT EXISTS (SELECT 1 FROM {q(kept.name)})")
+            if cur.fetchone()[0]:
+                return False
+    return True
+
+
 def count_survivors(group: str, sources, params: dict) -> int:
     sql = _RUN_SURVIVORS if group == Group.RUNS else _EVENT_SURVIVORS
 
@@ -253,7 +265,11 @@ def _partition_pass(res, now, p, export_dir, max_swaps, dry_run, kept_every):
                          "rowsBefore": done.removed, "kept": done.kept, "keptPartition": done.kept_name,
                          "lockMs": round(done.lock_ms, 1), "exported": done.exported})
 
-        done = partitions.swap(plan, now=now, export=exporter, record=record)
+        done = None
+        if not survivors and exporter is None and part.role == Role.LIVE and _kept_empty(group):
+            done = partitions.drop_oldest(plan, record=record)
+        if done is None:
+            done = partitions.swap(plan, now=now, export=exporter, record=record)
         if done is None:
             res.busy.append(group)
             res.more = True
