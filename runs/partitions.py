@@ -530,6 +530,19 @@ def covered_until() -> datetime | None:
 _LIVE_IN = "SELECT EXISTS (SELECT 1 FROM {p} WHERE state = 'ready') OR EXISTS (SELECT 1 FROM {p} WHERE state = 'leased')"
 
 
+def _unseal_trigger(cur, name: str) -> None:
+    ensure_unseal_function(cur)
+    _exec(cur, f"CREATE OR REPLACE TRIGGER {UNSEAL_TRIGGER} AFTER INSERT OR UPDATE OF state ON {q(name)} "
+               f"FOR EACH ROW WHEN (NEW.state IN ('ready', 'leased')) EXECUTE FUNCTION {UNSEAL_FUNCTION}()")
+
+
+def _seal_now(cur, name: str) -> None:
+    """Seal a runs partition that holds no ready or leased run, in the caller's transaction, which
+    holds the tables' lock (a new, empty one): its unseal trigger, then its flag."""
+    _unseal_trigger(cur, name)
+    _exec(cur, "UPDATE runs_historypartition SET sealed = true WHERE name = %s", [name])
+
+
 def seal_quiet_partitions(now: datetime) -> list[str]:
     """Seal the runs partitions that have ended (and the kept one) and hold no ready or leased run,
     so the dispatch statements stop planning them. The unseal trigger goes on first, then the flag
@@ -546,9 +559,7 @@ def seal_quiet_partitions(now: datetime) -> list[str]:
         # Each under the lock timeout; a partition whose lock is not granted is sealed on a later pass.
         try:
             with ddl(None, also=(p.name,)) as cur:
-                ensure_unseal_function(cur)
-                _exec(cur, f"CREATE OR REPLACE TRIGGER {UNSEAL_TRIGGER} AFTER INSERT OR UPDATE OF state ON {q(p.name)} "
-                           f"FOR EACH ROW WHEN (NEW.state IN ('ready', 'leased')) EXECUTE FUNCTION {UNSEAL_FUNCTION}()")
+                _unseal_trigger(cur, p.name)
                 _checks_deferred(cur)
             with ddl(None) as cur:
                 _exec(cur, "UPDATE runs_historypartition SET sealed = true WHERE name = %s", [p.name])
@@ -748,13 +759,22 @@ def _swap(plan, group, tables, runs_table, sources, stage, res, *, now, export, 
             res.kept_name[t] = stage[t]
         _exec(cur, f"DROP TABLE {ids}")
         _exec(cur, f"DROP TABLE {changed}")
-        for t in tables:
-            sync_catalog(t)
-        _checks_deferred(cur)
-        res.lock_ms = (time.monotonic() - t1) * 1000
-        if record is not None:
-            record(res)
+        _removed(cur, tables, res, t1, record)
     return res
+
+
+def _removed(cur, tables, res: SwapResult, locked_at: float, record, *, sealed: str | None = None) -> None:
+    """The end of a removal's locked transaction: the catalog as the tables now are (with `sealed`,
+    a runs partition known to hold no ready or leased run, sealed), the deferred checks back, the
+    time the lock was held, and the audit entry (`record`) in the same transaction."""
+    for t in tables:
+        sync_catalog(t)
+    if sealed is not None:
+        _seal_now(cur, sealed)
+    _checks_deferred(cur)
+    res.lock_ms = (time.monotonic() - locked_at) * 1000
+    if record is not None:
+        record(res)
 
 
 def drop_oldest(plan: SwapPlan, *, record=None) -> SwapResult | None:
@@ -799,12 +819,10 @@ def drop_oldest(plan: SwapPlan, *, record=None) -> SwapResult | None:
                 name_child_indexes(cur, name)
                 res.kept[t], res.kept_name[t] = 0, name
                 res.removed.setdefault(kept.name, 0)
-            for t in tables:
-                sync_catalog(t)
-            _checks_deferred(cur)
-            res.lock_ms = (time.monotonic() - t1) * 1000
-            if record is not None:
-                record(res)
+            # The new kept partition is empty: sealed at once, so that the dispatch statements'
+            # live floor does not fall to none (the kept partition has no lower bound) until the
+            # next seal pass.
+            _removed(cur, tables, res, t1, record, sealed=res.kept_name.get("runs_run"))
     except PartitionLockBusy:
         return None
     return res

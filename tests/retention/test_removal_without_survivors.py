@@ -6,10 +6,10 @@ that way. The check that nothing outlives the partition is made again under thos
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from runs import partitions, retention
-from runs.models import Attempt, HistoryRemoval, Occurrence, Run
+from runs.models import HistoryPartition, HistoryRemoval, Run
 from runs.partitions import Role
 from scheduler_project.foundation.dbclock import db_now
 from tests.retention.conftest import one_run, run_retention
@@ -52,14 +52,19 @@ def test_a_partition_with_nothing_to_keep_goes_without_a_swap(tenant, target, la
     top = kept().upper
     above = [p for p in partitions.layout("runs_run") if p.role != Role.KEPT]
     assert top is not None and above[0].lower == top
-    late = one_run(tenant, target, "/late", to="succeeded")
-    at = top - timedelta(seconds=1)
-    with transaction.atomic():
-        Occurrence.objects.filter(id=late.occurrence_id).update(scheduled_time=at)
-        Attempt.objects.filter(run_id=late.id).update(scheduled_time=at)
-        Run.objects.filter(id=late.id).update(scheduled_time=at)
+    # The new kept partition is empty and made sealed, so the dispatch statements' live floor
+    # holds (the kept partition has no lower bound: unsealed, there would be no floor at all).
+    assert HistoryPartition.objects.get(name=kept().name).sealed
     with connection.cursor() as cur:
-        cur.execute(f"SELECT count(*) FROM {partitions.q(kept().name)} WHERE id = %s", [late.id])
+        cur.execute(partitions.LIVE_FLOOR_SQL)
+        assert cur.fetchone()[0] == top
+    # Runs written for an instant in the removed range (here: now, as this test's retention ran
+    # from weeks ahead) land in the new kept partition; a ready one unseals it (its trigger).
+    ready = one_run(tenant, target, "/late-ready", to="ready")
+    assert ready.scheduled_time < top
+    assert not HistoryPartition.objects.get(name=kept().name).sealed
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {partitions.q(kept().name)} WHERE id = %s", [ready.id])
         assert cur.fetchone()[0] == 1
     assert history_violations() == []
 
