@@ -43,8 +43,8 @@ schedules while it plans them), and scanner passes follow each other with no gap
 that waited only for the tables' locks gave way pass after pass and the disk grew. Each scanner
 pass first tries a shared transaction-level advisory lock (SCAN_GATE; refused, it makes nothing
 and looks again shortly), and every DDL transaction that locks a group's tables or the tables they
-point at takes it exclusively before the tables' locks,
-waiting up to SCHEDULER_PARTITION_GATE_TIMEOUT_MS. While it waits nobody queues behind it but
+point at takes it exclusively before the tables' locks, waiting up to
+SCHEDULER_PARTITION_GATE_TIMEOUT_MS. While it waits nobody queues behind it but
 new scanner passes, which step aside (a waiting exclusive request refuses new shared ones), so the
 DDL waits for the pass in progress and no longer; then the tables' locks are asked for under the
 short timeout, against everything else that holds them for milliseconds.
@@ -149,8 +149,8 @@ def lock_timeout_sql() -> str:
             % int(setting("SCHEDULER_PARTITION_LOCK_TIMEOUT_MS")))
 
 
-# Taken first by every DDL transaction (ddl), waiting up to the gate's own timeout: nothing but new
-# scanner passes queues behind it. (Set and taken in two statements: the order in which one
+# Taken first by the DDL transactions that lock what a scanner pass holds (ddl, _short), waiting
+# up to the gate's own timeout: nothing but new scanner passes queues behind it. (Set and taken in two statements: the order in which one
 # SELECT's expressions run is not promised.)
 GATE_TIMEOUT_SQL = "SELECT set_config('lock_timeout', %s || 'ms', true)"
 GATE_CLOSE_SQL = """-- name: MaintenanceCloseScanGate
@@ -271,8 +271,9 @@ def ddl(group: str | None, *, also: tuple = (), gate: bool | None = None):
     """A transaction of partition DDL that takes every lock it needs first: the scanner's gate
     (under its own timeout; by default when it locks a group, whose tables a scanner pass holds, and
     not for single partitions), then under the lock timeout the tables `group`'s partitions point
-    at, then the group's tables (with their partitions), all ACCESS EXCLUSIVE (attaching a table that carries its own foreign keys, which a detached
-    partition and a staged one do, takes that on the tables they point at), then `also` (single
+    at, then the group's tables (with their partitions), all ACCESS EXCLUSIVE (attaching a table
+    that carries its own foreign keys, which a detached partition and a staged one do, takes that
+    on the tables they point at), then `also` (single
     partitions, SHARE ROW EXCLUSIVE). A lock not granted in time, or a deadlock, anywhere in the
     transaction rolls it back and raises PartitionLockBusy: nothing changed, try again."""
     try:
