@@ -55,6 +55,8 @@ def test_a_finished_run_removed_before_its_window_is_checked_was_made(tenant, ta
     s, first, run = finished_run(tenant, target)
     ledger = Ledger(first - timedelta(seconds=1), noisy="-", first_quiet=str(tenant.id))
     ledger.add([s], steady=True, starts={s.id: first})
+    # Another set's versions are not read ahead (the soak's spikes: their own figures read them).
+    ledger.skip_versions = [(s.current_id + 1, s.current_id + 1000)]
     until = first + timedelta(seconds=1)  # the window holding the one instant made
     if read_ahead:
         ledger.peek(until)
