@@ -155,6 +155,10 @@ class LoopThreads:
 # --- the steps ------------------------------------------------------------------------------
 
 
+# How long a scanner pass that stepped aside for partition DDL waits before the next one.
+STEPPED_ASIDE_SECONDS = 0.05
+
+
 def scan_step(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> bool:
     """One scanner transaction. True when it filled its batch and made progress (more may be
     due; a batch of schedules that only wait inside the horizon is not progress)."""
@@ -171,7 +175,12 @@ def _scan(*, shards=None, shard=None, batch=None, horizon_seconds=None) -> tuple
         traced["runs"], traced["schedules"] = result.runs + result.skipped, result.schedules
     for sid, err in result.errors:
         log.error("schedule %s could not be scanned: %s", sid, err)
-    return result.locked >= batch and result.schedules > 0, result.runs + result.skipped, result.stepped_aside
+    if result.stepped_aside:
+        # Partition DDL waits for the passes in progress, then holds the tables for milliseconds:
+        # look again shortly, as more may be due (a `--once` drain would otherwise end here).
+        time.sleep(STEPPED_ASIDE_SECONDS)
+        return True, 0, True
+    return result.locked >= batch and result.schedules > 0, result.runs + result.skipped, False
 
 
 class Scanner:
@@ -194,9 +203,6 @@ class Scanner:
     # Runs per second assumed until the scanner has measured its own: on the low side of what
     # one scanner makes (bench/README.md), so that a first guess starts early.
     DEFAULT_RATE = 1000.0
-    # After a pass stepped aside for partition DDL, look again this soon: the DDL holds the
-    # tables for milliseconds once the passes in progress have ended.
-    STEPPED_ASIDE_SECONDS = 0.05
 
     def __init__(self, *, shards=None, prefer=None, holder="", batch=None, horizon_seconds=None,
                  lookahead_seconds=None):
@@ -217,8 +223,6 @@ class Scanner:
     def idle_seconds(self) -> float:
         """Sleep the poll interval, or less when the next schedule is due sooner."""
         poll = settings.SCHEDULER_POLL_SECONDS
-        if self.stepped_aside:
-            return self.STEPPED_ASIDE_SECONDS
         try:
             soonest = queue.seconds_until_next_due(horizon=timedelta(seconds=self.base_horizon))
         except Exception:
@@ -236,7 +240,7 @@ class Scanner:
         started = time.monotonic()
         busy, made, self.stepped_aside = _scan(batch=self.batch, horizon_seconds=self._horizon(), **where)
         if self.stepped_aside:
-            return False  # a look-ahead under way goes on after the DDL
+            return True  # more is due; a look-ahead under way goes on after the DDL
         if made >= 50:  # a full-enough batch to measure by
             self.rate = 0.7 * self.rate + 0.3 * made / max(1e-3, time.monotonic() - started)
         if busy:

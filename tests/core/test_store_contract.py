@@ -418,5 +418,12 @@ def test_a_scanner_pass_begins_with_the_databases_clock_and_steps_aside_only_for
             cur.execute(partitions.GATE_CLOSE_SQL, {"gate": partitions.SCAN_GATE})
             (gated,) = at_once(lambda: queue.materialise_due(batch=10), 1)
         assert gated.stepped_aside and gated.runs == 0 and not Run.objects.filter(schedule=s).exists()
+        # The scanner's step says more is due (a `scan --once` drain goes on after the DDL).
+        from dispatch.loops import scan_step
+
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(partitions.GATE_CLOSE_SQL, {"gate": partitions.SCAN_GATE})
+            assert at_once(scan_step, 1) == [True]
+        assert not Run.objects.filter(schedule=s).exists()
     made = queue.materialise_due(batch=10)
     assert not made.stepped_aside and made.runs == 1 and Run.objects.filter(schedule=s).count() == 1

@@ -370,14 +370,12 @@ def test_a_removal_gets_past_scanner_passes_that_follow_each_other_with_no_gap(t
     passes = []
 
     def scan():
-        # As under a load that keeps every scanner busy: one pass after another, waiting only
-        # where the scanner itself says to after stepping aside.
+        # As under a load that keeps every scanner busy: one pass after another (a pass that
+        # stepped aside waits a moment itself).
         scanner = Scanner()
         while not stop.is_set():
             scanner.step()
             passes.append(scanner.stepped_aside)
-            if scanner.stepped_aside:
-                stop.wait(scanner.idle_seconds())
 
     threads = [Thread(scan) for _ in range(3)]
     scanners.update(threads)
