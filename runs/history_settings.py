@@ -53,11 +53,17 @@ MINIMUM = {
 def get(name: str):
     kind, default = DEFAULTS[name]
     value = getattr(settings, name, None)
-    value = kind(value) if value is not None else _env.get_value(name, cast=kind, default=default)
+    try:
+        value = kind(value) if value is not None else _env.get_value(name, cast=kind, default=default)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(f"{name} = {value if value is not None else _env.str(name)!r}: it must be "
+                                   f"a {'whole ' if kind is int else ''}number") from None
     if name in MINIMUM:
         from runs.models import MAX_RETENTION_DAYS
 
-        top = MAX_RETENTION_DAYS if name.endswith("RETENTION_DAYS") else float("inf")
+        # PostgreSQL takes a lock timeout of at most 2^31 - 1 ms.
+        top = (MAX_RETENTION_DAYS if name.endswith("RETENTION_DAYS")
+               else 2**31 - 1 if name.endswith("_MS") else float("inf"))
         if not (MINIMUM[name] <= value <= top) or value != value:
             raise ImproperlyConfigured(f"{name} = {value!r}: it must be a number from {MINIMUM[name]}"
                                        + (f" to {top}" if top != float("inf") else ""))
